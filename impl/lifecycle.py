@@ -1,0 +1,178 @@
+"""Lifecycle driver: one request through chunked prefill, decode and a normal
+finish or an abort, applying a store rule at every scheduler step.
+
+Models what ``OffloadingConnectorScheduler._build_store_jobs`` sees each step
+(``num_tokens_after_batch``) and the monotone cursor
+``RequestGroupState.next_stored_chunk_idx``. The manager accepts every store
+and no block is null (``prepare_store`` returns every key).
+
+Steps and tokens, as vLLM's V1 scheduler produces them for one request:
+- prefill step: ``s`` new prompt tokens, ``1 <= s <= budget``; the
+  frontier ``num_computed_tokens + s`` is what the store side sees;
+- the last prefill step samples the first output token, then each decode step
+  feeds one token (``num_tokens = frontier``);
+- normal finish (after ``decode`` decode steps): ``num_tokens = P + decode + 1``;
+- abort after ``K`` scheduled steps: ``num_computed_tokens`` is the frontier of
+  the last scheduled step. vLLM advances ``num_computed_tokens`` at schedule
+  time in both modes, so synchronous and asynchronous scheduling give the same
+  store-side value; with async scheduling the last step's output is still in
+  flight (recorded as ``in_flight`` in the trace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from kvreach.impl.load import needed_chunks, wanted_chunks
+from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
+from kvreach.params import GroupConfig, ParamError, RequestConfig, check_rule
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """budget: per-step token budget (``max_num_batched_tokens``).
+    prefill_steps: explicit prefill chunk sizes (replaying a counterexample);
+        default: ``min(budget, remaining)`` each step, as the scheduler does.
+    decode: decode steps after the prompt completes.
+    abort_after_step: abort once this many steps are scheduled (None: finish).
+    async_scheduling: the abort is seen with the last step's output in flight.
+    """
+
+    budget: int
+    prefill_steps: tuple[int, ...] | None = None
+    decode: int = 0
+    abort_after_step: int | None = None
+    async_scheduling: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
+            raise ParamError("budget", self.budget, "an integer >= 1")
+        if not isinstance(self.decode, int) or self.decode < 0:
+            raise ParamError("decode", self.decode, "an integer >= 0")
+        if self.abort_after_step is not None and (
+            not isinstance(self.abort_after_step, int) or self.abort_after_step < 0
+        ):
+            raise ParamError("abort_after_step", self.abort_after_step, "an integer >= 0")
+        if self.prefill_steps is not None:
+            for s in self.prefill_steps:
+                if not isinstance(s, int) or not 1 <= s <= self.budget:
+                    raise ParamError(
+                        "prefill_steps", self.prefill_steps,
+                        f"step sizes between 1 and the budget ({self.budget})",
+                    )
+
+    def chunk_sizes(self, prompt_tokens: int) -> list[int]:
+        if self.prefill_steps is not None:
+            if sum(self.prefill_steps) != prompt_tokens:
+                raise ParamError(
+                    "prefill_steps", self.prefill_steps,
+                    f"sizes summing to the prompt length ({prompt_tokens})",
+                )
+            return list(self.prefill_steps)
+        sizes, left = [], prompt_tokens
+        while left > 0:
+            sizes.append(min(self.budget, left))
+            left -= sizes[-1]
+        return sizes
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    kind: str  # "prefill" | "decode" | "finish" | "abort"
+    scheduled_tokens: int
+    num_computed_tokens: int  # after the step (the frontier)
+    num_tokens: int
+    tokens_after_batch: int  # num_tokens_after_batch of _build_store_jobs
+    offloadable_tokens: int
+    num_chunks: int  # storable_chunks
+    cursor_before: int
+    cursor_after: int
+    window_start: int
+    submitted: tuple[int, ...]
+    in_flight: bool = False
+
+
+@dataclass(frozen=True)
+class Trace:
+    rule: str
+    group: GroupConfig
+    request: RequestConfig
+    lifecycle: Lifecycle
+    steps: tuple[Step, ...]
+    final_chunks: int  # the request's final horizon, in chunks
+    computed_tokens: int  # num_computed_tokens at the end
+    stored: tuple[int, ...] = field(default=())
+
+    def loadable(self, model: str) -> frozenset[int]:
+        """Chunks some hit boundary of ``model`` requests (soundness set)."""
+        return wanted_chunks(model, self.group, self.request, self.final_chunks)
+
+    def needed(self, model: str) -> frozenset[int]:
+        """Chunks a hit this request alone can serve requests (completeness set)."""
+        return needed_chunks(model, self.group, self.request, self.final_chunks)
+
+    def to_json(self, model: str | None = None) -> dict:
+        out = {
+            "rule": self.rule,
+            "group": asdict(self.group),
+            "request": asdict(self.request),
+            "lifecycle": asdict(self.lifecycle),
+            "steps": [asdict(s) for s in self.steps],
+            "final_chunks": self.final_chunks,
+            "computed_tokens": self.computed_tokens,
+            "stored": list(self.stored),
+        }
+        if model is not None:
+            out["load_model"] = model
+            out["loadable"] = sorted(self.loadable(model))
+            out["needed"] = sorted(self.needed(model))
+        return out
+
+
+def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
+    """Drive one request through ``lc`` under ``rule``; return the trace."""
+    check_rule(rule)
+    P = req.prompt_tokens
+    plan: list[tuple[str, int]] = [("prefill", s) for s in lc.chunk_sizes(P)]
+    plan += [("decode", 1)] * lc.decode
+    if lc.abort_after_step is not None:
+        if lc.abort_after_step > len(plan):
+            raise ParamError(
+                "abort_after_step", lc.abort_after_step,
+                f"at most the number of scheduled steps ({len(plan)})",
+            )
+        plan = plan[: lc.abort_after_step]
+
+    steps: list[Step] = []
+    cursor = computed = 0
+    num_tokens = P
+    stored: list[int] = []
+
+    def apply(kind: str, scheduled: int, tokens_after: int, finished: bool, in_flight=False):
+        nonlocal cursor
+        off = req.offloadable(tokens_after, num_tokens)
+        n = storable_chunks(rule, g, req, off, finished)
+        w = store_window(rule, g, req, cursor, n, finished)
+        steps.append(Step(
+            len(steps) + 1, kind, scheduled, computed, num_tokens, tokens_after,
+            off, n, cursor, w.next_cursor, w.start_chunk, w.chunks, in_flight,
+        ))
+        stored.extend(w.chunks)
+        cursor = w.next_cursor
+        return n
+
+    final_n = 0
+    for kind, s in plan:
+        computed += s
+        if kind == "decode":
+            num_tokens = computed  # the token fed this step was sampled already
+        final_n = apply(kind, s, computed, False)
+        if kind == "prefill" and computed == P:
+            num_tokens = P + 1  # the last prefill step samples the first token
+    if lc.abort_after_step is not None:
+        final_n = apply("abort", 0, computed, True, in_flight=lc.async_scheduling)
+    else:
+        num_tokens = P + lc.decode + 1
+        final_n = apply("finish", 0, finish_tokens(rule, req, num_tokens), True)
+    return Trace(rule, g, req, lc, tuple(steps), final_n, computed, tuple(stored))

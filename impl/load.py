@@ -1,0 +1,107 @@
+"""Load models: which chunks a later lookup can request. Written from the
+load side only; no store rule is consulted here.
+
+A later request that shares this request's prefix hits at a token boundary
+``L``. Sliding-window attention at position ``L`` needs the KV of the ``W - 1``
+tokens before it, so the SWA group must load every chunk holding a token of
+``[L - (W - 1), L)``; an EAGLE/MTP draft group also matches the block after
+``L`` and drops it (``SlidingWindowManager.find_longest_cache_hit``), so it
+requests ``[L - (W - 1), L + B)``. A hit is servable only if every chunk it
+requests lies below the request's final horizon ``H`` (chunks never computed
+or keyed cannot be loaded).
+
+Hit boundaries (what ``_lookup_complete_chunks`` can produce, in two models):
+
+- ``aligned``: every multiple of the segment length ``S`` (alignment tokens;
+  the retention interval when one is set; every chunk boundary with no
+  alignment; none for retention interval 0), plus, with a retention interval,
+  the replay boundary ``num_prompt_tokens - 1`` aligned down (the lookup of a
+  request that repeats the prompt). A later request may extend the prefix, so
+  every such ``L`` up to ``H`` counts.
+- ``intended``: ``aligned`` plus the request's final horizon ``H`` itself (the
+  premise of vLLM PR #54362: a later request may stop exactly where this one
+  did) for non-EAGLE groups when no retention interval is set.
+
+Two sets follow for a request whose final horizon is ``H`` chunks:
+*wanted* (soundness): chunks below ``H`` requested by any boundary, including
+one beyond ``H`` (a later request extending the prefix); *needed*
+(completeness): chunks requested by a boundary all of whose requested chunks
+lie below ``H`` (a hit this request's stores alone can serve).
+"""
+
+from __future__ import annotations
+
+import deal
+
+from kvreach.params import LOAD_MODELS, GroupConfig, RequestConfig, check_load_model
+
+
+def requested_chunks(g: GroupConfig, boundary: int) -> range:
+    """Chunks the SWA group must load for a hit at token ``boundary``."""
+    lo = max(0, boundary - (g.window - 1))
+    hi = boundary + (g.block_tokens if g.eagle else 0)
+    c = g.chunk_tokens
+    return range(lo // c, -(-hi // c))
+
+
+def hit_boundaries(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[int]:
+    """Token boundaries a later lookup can hit whose window can reach below
+    the final horizon (``0 < L < H * chunk + W``)."""
+    check_load_model(model)
+    top = final_chunks * g.chunk_tokens + g.window
+    out: set[int] = set()
+    if g.alignment_tokens is None:
+        step: int | None = g.chunk_tokens
+    elif g.retention_interval is None:
+        step = g.alignment_tokens
+    else:
+        step = g.retention_interval or None
+    if step is not None:
+        out.update(range(step, top + 1, step))
+    if g.retention_interval is not None:
+        assert g.alignment_tokens is not None
+        replay = (req.prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
+        if 0 < replay <= top:
+            out.add(replay)
+    H_tokens = final_chunks * g.chunk_tokens
+    if model == "intended" and g.retention_interval is None and not g.eagle and H_tokens > 0:
+        out.add(H_tokens)
+    return sorted(out)
+
+
+@deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
+@deal.pre(lambda model, g, req, final_chunks: final_chunks >= 0)
+@deal.ensure(
+    lambda model, g, req, final_chunks, result: all(0 <= c < final_chunks for c in result)
+)
+def needed_chunks(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> frozenset[int]:
+    """Union of the requested chunks of every hit this request can serve."""
+    out: set[int] = set()
+    for boundary in hit_boundaries(model, g, req, final_chunks):
+        r = requested_chunks(g, boundary)
+        if r.stop <= final_chunks:
+            out.update(r)
+    return frozenset(out)
+
+
+@deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
+@deal.pre(lambda model, g, req, final_chunks: final_chunks >= 0)
+@deal.ensure(
+    lambda model, g, req, final_chunks, result: all(0 <= c < final_chunks for c in result)
+)
+def wanted_chunks(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> frozenset[int]:
+    """Chunks below the final horizon that some hit boundary requests."""
+    out: set[int] = set()
+    for boundary in hit_boundaries(model, g, req, final_chunks):
+        out.update(c for c in requested_chunks(g, boundary) if c < final_chunks)
+    return frozenset(out)
+
+
+# Backwards-compatible name: what "loadable" means for soundness.
+loadable_chunks = wanted_chunks

@@ -1,0 +1,185 @@
+"""Concrete parameters of one SWA KV-cache group and one request.
+
+First stage of the data flow (params -> rules -> lifecycle -> properties ->
+report). Everything here is plain integers; the Z3 twin is
+``kvreach.spec.config``. Each derived quantity names the vLLM 0.33.0 code it
+mirrors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+RULES: tuple[str, ...] = ("vllm-0.29", "vllm-0.33")
+LOAD_MODELS: tuple[str, ...] = ("aligned", "intended")
+Rule = Literal["vllm-0.29", "vllm-0.33"]
+LoadModel = Literal["aligned", "intended"]
+
+
+class ParamError(ValueError):
+    """Bad input: names the parameter, the value given and what was expected."""
+
+    def __init__(self, param: str, value: object, expected: str) -> None:
+        self.param, self.value, self.expected = param, value, expected
+        super().__init__(f"{param}={value!r}: expected {expected}")
+
+
+def cdiv(a: int, b: int) -> int:
+    """vllm.utils.math_utils.cdiv."""
+    return -(-a // b)
+
+
+def _need_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ParamError(name, value, f"an integer >= {minimum}")
+
+
+def check_rule(rule: str) -> str:
+    if rule not in RULES:
+        raise ParamError("rule", rule, "one of " + ", ".join(RULES))
+    return rule
+
+
+def check_load_model(model: str) -> str:
+    if model not in LOAD_MODELS:
+        raise ParamError("load_model", model, "one of " + ", ".join(LOAD_MODELS))
+    return model
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """One SWA group as the offloading scheduler sees it.
+
+    block_size: ``SlidingWindowSpec.block_size`` (tokens per block per DCP rank).
+    window: ``SlidingWindowSpec.sliding_window`` (W).
+    alignment_tokens: ``SchedulerOffloadConfig.alignment_tokens`` (None: no
+        alignment). With a full-attention group it is that group's tokens per
+        chunk (``SchedulerOffloadConfig.from_spec``).
+    blocks_per_chunk: ``SchedulerOffloadConfig.blocks_per_chunk``.
+    dcp_world_size: decode context parallel size; scales the block.
+    eagle: the group holds EAGLE/MTP draft layers (``is_eagle_group``).
+    retention_interval: ``CacheConfig.prefix_cache_retention_interval``.
+    """
+
+    block_size: int
+    window: int
+    alignment_tokens: int | None
+    blocks_per_chunk: int = 1
+    dcp_world_size: int = 1
+    eagle: bool = False
+    retention_interval: int | None = None
+
+    def __post_init__(self) -> None:
+        _need_int("block_size", self.block_size, 1)
+        _need_int("window", self.window, 1)
+        if self.alignment_tokens is not None:
+            _need_int("alignment_tokens", self.alignment_tokens, 1)
+        _need_int("blocks_per_chunk", self.blocks_per_chunk, 1)
+        _need_int("dcp_world_size", self.dcp_world_size, 1)
+        if self.retention_interval is not None:
+            _need_int("retention_interval", self.retention_interval, 0)
+            if self.retention_interval % self.chunk_tokens != 0:
+                # SchedulerOffloadConfig.from_spec raises the same ValueError.
+                raise ParamError(
+                    "retention_interval",
+                    self.retention_interval,
+                    f"a multiple of the SWA chunk size ({self.chunk_tokens} tokens)",
+                )
+            if self.alignment_tokens is None:
+                raise ParamError(
+                    "retention_interval",
+                    self.retention_interval,
+                    "None when there is no alignment (alignment_tokens is None)",
+                )
+
+    # --- derived, as in vLLM 0.33.0 -------------------------------------
+    @property
+    def block_tokens(self) -> int:
+        """B: ``block_size * dcp_world_size`` (``reachable_block_mask``;
+        ``resolve_dcp_kv_block_size`` for the offload group)."""
+        return self.block_size * self.dcp_world_size
+
+    @property
+    def chunk_tokens(self) -> int:
+        """``GroupOffloadConfig.tokens_per_chunk``."""
+        return self.block_tokens * self.blocks_per_chunk
+
+    @property
+    def shift(self) -> int:
+        """EAGLE shift of the matched run (``reachable_block_mask``)."""
+        return 1 if self.eagle else 0
+
+    @property
+    def need(self) -> int:
+        """``SlidingWindowManager._contiguous_blocks_for_hit`` at block B."""
+        return cdiv(self.window - 1, self.block_tokens) + self.shift
+
+    @property
+    def segment_tokens(self) -> int | None:
+        """Segment length: alignment (R None), R (R > 0), none (R == 0)."""
+        if self.alignment_tokens is None:
+            return None
+        if self.retention_interval is None:
+            return self.alignment_tokens
+        return self.retention_interval or None
+
+    @property
+    def representable(self) -> bool:
+        """``alignment_tokens % B == 0`` (else the mask falls back to dense)."""
+        return (
+            self.alignment_tokens is not None
+            and self.alignment_tokens % self.block_tokens == 0
+        )
+
+    @property
+    def per_segment(self) -> int | None:
+        """Blocks per segment, when segments exist and are representable."""
+        seg = self.segment_tokens
+        if seg is None or not self.representable:
+            return None
+        return seg // self.block_tokens
+
+    @property
+    def dense(self) -> bool:
+        """``reachable_block_mask`` returns None (store every block)."""
+        if not self.representable:
+            return True
+        ps = self.per_segment
+        return ps is not None and self.need >= ps
+
+    @property
+    def final_alignment_blocks(self) -> int | None:
+        """``OffloadingConnectorScheduler._final_swa_alignment_blocks``."""
+        if self.eagle or not self.representable:
+            return None
+        assert self.alignment_tokens is not None
+        return self.alignment_tokens // self.block_tokens
+
+
+@dataclass(frozen=True)
+class RequestConfig:
+    """The request's offload-relevant settings.
+
+    prompt_tokens: ``Request.num_prompt_tokens``.
+    max_offload_tokens: ``kv_transfer_params["max_offload_tokens"]``.
+    offload_prompt_only: ``OffloadingSpec.offload_prompt_only`` (default True).
+    """
+
+    prompt_tokens: int
+    max_offload_tokens: int | None = None
+    offload_prompt_only: bool = True
+
+    def __post_init__(self) -> None:
+        _need_int("prompt_tokens", self.prompt_tokens, 1)
+        if self.max_offload_tokens is not None:
+            _need_int("max_offload_tokens", self.max_offload_tokens, 0)
+
+    def offloadable(self, tokens: int, num_tokens: int) -> int:
+        """``OffloadingConnectorScheduler._calc_num_offloadable_tokens``."""
+        n = min(tokens, num_tokens)
+        if self.max_offload_tokens is not None:
+            n = min(n, self.max_offload_tokens)
+        if self.offload_prompt_only:
+            n = min(n, self.prompt_tokens)
+        return n
