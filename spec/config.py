@@ -1,0 +1,172 @@
+"""Symbolic configuration of one SWA group and one request (Z3).
+
+The Z3 twin of ``kvreach.params``. Every parameter is a Z3 integer or
+Boolean; ``well_formed()`` states what vLLM 0.33.0 accepts. Units:
+
+- ``B``: tokens per block, ``block_size * dcp_world_size`` (the spec works on
+  the product, so every block size and every DCP size is covered at once);
+- ``bpc``: ``blocks_per_chunk``; ``C = B * bpc`` tokens per chunk;
+- ``need0 = ceil((W - 1) / B)`` (``SlidingWindowManager._contiguous_blocks_for_hit``
+  without the EAGLE block) is tied to ``W`` by ``(need0-1)*B < W-1 <= need0*B``;
+- alignment: ``A = psA * B`` (``alignment_tokens`` representable per block) or
+  none. ``alignment_tokens % B != 0`` (vLLM's deliberate dense fallback) is
+  outside the symbolic scope; see docs/spec.md.
+- retention: ``rmode`` None / 0 / >0 with ``R = Rc * C`` (vLLM requires a
+  multiple of the SWA chunk, ``SchedulerOffloadConfig.from_spec``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import z3
+
+from kvreach.params import GroupConfig, RequestConfig
+
+R_NONE, R_ZERO, R_POS = 0, 1, 2
+
+
+@dataclass
+class SymConfig:
+    B: z3.ArithRef
+    W: z3.ArithRef
+    need0: z3.ArithRef
+    eagle: z3.BoolRef
+    bpc: z3.ArithRef
+    C: z3.ArithRef
+    has_align: z3.BoolRef
+    psA: z3.ArithRef
+    A: z3.ArithRef
+    rmode: z3.ArithRef
+    Rc: z3.ArithRef
+    P: z3.ArithRef
+    has_max: z3.BoolRef
+    max_off: z3.ArithRef
+    prompt_only: z3.BoolRef
+
+    @staticmethod
+    def fresh(prefix: str = "") -> "SymConfig":
+        I = lambda n: z3.Int(prefix + n)  # noqa: E731
+        Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
+        B, bpc, psA = I("B"), I("blocks_per_chunk"), I("psA")
+        return SymConfig(
+            B=B, W=I("window"), need0=I("need0"), eagle=Bo("eagle"), bpc=bpc,
+            C=I("chunk_tokens"), has_align=Bo("has_alignment"), psA=psA,
+            A=I("alignment_tokens"), rmode=I("retention_mode"),
+            Rc=I("retention_chunks"), P=I("prompt_tokens"),
+            has_max=Bo("has_max_offload"), max_off=I("max_offload_tokens"),
+            prompt_only=Bo("offload_prompt_only"),
+        )
+
+    # --- derived --------------------------------------------------------
+    @property
+    def e(self) -> z3.ArithRef:
+        """EAGLE shift (``reachable_block_mask``: shift = 1 if use_eagle)."""
+        return z3.If(self.eagle, 1, 0)
+
+    @property
+    def need(self) -> z3.ArithRef:
+        """``_contiguous_blocks_for_hit`` at block B, EAGLE block included."""
+        return self.need0 + self.e
+
+    @property
+    def seg(self) -> z3.ArithRef:
+        """Segment length in blocks: alignment (R None), R (R > 0); with no
+        alignment every chunk boundary (the load side's granularity)."""
+        return z3.If(
+            z3.Not(self.has_align), self.bpc,
+            z3.If(self.rmode == R_POS, self.Rc * self.bpc, self.psA),
+        )
+
+    @property
+    def has_segments(self) -> z3.BoolRef:
+        return z3.Or(z3.Not(self.has_align), self.rmode != R_ZERO)
+
+    @property
+    def dense(self) -> z3.BoolRef:
+        """``reachable_block_mask`` returns None."""
+        return z3.Or(
+            z3.Not(self.has_align),
+            z3.And(self.rmode != R_ZERO, self.need >= self.seg),
+        )
+
+    @property
+    def prompt_horizon(self) -> z3.ArithRef:
+        """``prompt_offloadable_tokens // tokens_per_chunk`` (in chunks)."""
+        return self.offloadable(self.P, self.P) / self.C
+
+    def offloadable(self, tokens, num_tokens) -> z3.ArithRef:
+        """``_calc_num_offloadable_tokens``."""
+        n = _min(tokens, num_tokens)
+        n = z3.If(self.has_max, _min(n, self.max_off), n)
+        return z3.If(self.prompt_only, _min(n, self.P), n)
+
+    def replay_end_block(self) -> z3.ArithRef:
+        """End block of the replay boundary ``num_prompt_tokens - 1`` aligned
+        down to ``alignment_tokens`` (``reachable_boundaries``), plus shift."""
+        return (self.P - 1) / self.A * self.psA + self.e
+
+    def well_formed(self) -> z3.BoolRef:
+        return z3.And(
+            self.B >= 1, self.W >= 2, self.bpc >= 1, self.C == self.B * self.bpc,
+            self.need0 >= 0,
+            (self.need0 - 1) * self.B < self.W - 1, self.W - 1 <= self.need0 * self.B,
+            self.psA >= 1, self.A == self.psA * self.B,
+            z3.Or(self.rmode == R_NONE, self.rmode == R_ZERO, self.rmode == R_POS),
+            self.Rc >= 1,
+            z3.Implies(z3.Not(self.has_align), self.rmode == R_NONE),
+            self.P >= 1, self.max_off >= 0,
+        )
+
+    def equals(self, g: GroupConfig, r: RequestConfig) -> z3.BoolRef:
+        """Pin the symbolic configuration to concrete values (evaluation)."""
+        if g.alignment_tokens is not None and not g.representable:
+            raise ValueError("alignment_tokens % B != 0 is outside the symbolic scope")
+        eqs = [
+            self.B == g.block_tokens, self.W == g.window, self.bpc == g.blocks_per_chunk,
+            self.eagle == g.eagle, self.has_align == (g.alignment_tokens is not None),
+            self.P == r.prompt_tokens, self.prompt_only == r.offload_prompt_only,
+            self.has_max == (r.max_offload_tokens is not None),
+        ]
+        if g.alignment_tokens is not None:
+            eqs.append(self.A == g.alignment_tokens)
+        if r.max_offload_tokens is not None:
+            eqs.append(self.max_off == r.max_offload_tokens)
+        if g.retention_interval is None:
+            eqs.append(self.rmode == R_NONE)
+        elif g.retention_interval == 0:
+            eqs.append(self.rmode == R_ZERO)
+        else:
+            eqs += [self.rmode == R_POS, self.Rc * g.chunk_tokens == g.retention_interval]
+        return z3.And(eqs)
+
+
+def _min(a, b):
+    return z3.If(a <= b, a, b)
+
+
+def _max(a, b):
+    return z3.If(a >= b, a, b)
+
+
+def to_concrete(m: z3.ModelRef, s: SymConfig) -> tuple[GroupConfig, RequestConfig]:
+    """Decode a model into the concrete configuration (block_size = B, DCP 1)."""
+    v = lambda x: m.eval(x, model_completion=True).as_long()  # noqa: E731
+    b = lambda x: z3.is_true(m.eval(x, model_completion=True))  # noqa: E731
+    rmode = v(s.rmode)
+    has_align = b(s.has_align)
+    g = GroupConfig(
+        block_size=v(s.B), window=v(s.W),
+        alignment_tokens=v(s.A) if has_align else None,
+        blocks_per_chunk=v(s.bpc), eagle=b(s.eagle),
+        retention_interval=(
+            None if rmode == R_NONE or not has_align
+            else 0 if rmode == R_ZERO else v(s.Rc) * v(s.C)
+        ),
+    )
+    r = RequestConfig(
+        prompt_tokens=v(s.P),
+        max_offload_tokens=v(s.max_off) if b(s.has_max) else None,
+        offload_prompt_only=b(s.prompt_only),
+    )
+    return g, r

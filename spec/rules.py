@@ -1,0 +1,74 @@
+"""Store rules (Z3) as interchangeable modules: what one ``_build_store_jobs``
+call submits for the SWA group, for one tracked chunk ``c``.
+
+Each rule is a function ``(s, cursor, n, finished, c, aux) -> StoreStep``
+with ``n`` the step's ``storable_chunks``. ``aux`` holds fresh witnesses the
+rule needs (0.29's ``ceil(W / chunk)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import z3
+
+from kvreach.spec import mask
+from kvreach.spec.config import R_NONE, SymConfig, _max, _min
+
+
+@dataclass
+class StoreStep:
+    submitted: z3.BoolRef  # the tracked chunk c is submitted this step
+    next_cursor: z3.ArithRef
+    side: z3.BoolRef  # constraints on the rule's auxiliary witnesses
+
+
+def storable_chunks(s: SymConfig, rule: str, offloadable, finished) -> z3.ArithRef:
+    """``RequestOffloadState.storable_chunks``: the EAGLE group drops its
+    volatile trailing chunk while decoding; 0.33 lifts that once finished."""
+    n = offloadable / s.C
+    decoding = offloadable > s.P
+    lifted = z3.BoolVal(False) if rule == "vllm-0.29" else finished
+    return z3.If(z3.And(s.eagle, decoding, z3.Not(lifted)), _max(0, n - 1), n)
+
+
+def finish_tokens(s: SymConfig, rule: str, num_tokens) -> z3.ArithRef:
+    """``num_tokens_after_batch`` at a normal finish."""
+    if rule == "vllm-0.29":
+        return num_tokens
+    return _max(s.P, num_tokens - 1)
+
+
+def v033_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
+    """vLLM 0.33.0 ``_build_store_jobs``: horizon, reconsideration, mask."""
+    bpc = s.bpc
+    Hp = s.prompt_horizon
+    no_horizon = z3.Or(s.rmode != R_NONE, s.eagle)
+    # store_horizon_chunks: None -> the final-tail term is off (F irrelevant).
+    horizon = z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
+    has_horizon = z3.And(z3.Not(no_horizon), horizon >= 0)
+    fab = s.psA  # _final_swa_alignment_blocks (representable, non-EAGLE)
+    reconsider = z3.And(
+        finished, n != Hp, s.rmode == R_NONE, s.has_align, z3.Not(s.eagle),
+    )
+    hb = n * bpc
+    start = z3.If(reconsider, _min(cursor, (hb - hb % fab) / bpc), cursor)
+    reach = z3.If(
+        has_horizon,
+        mask.chunk_reachable(s, c, horizon * bpc),
+        mask.chunk_reachable(s, c, None),
+    )
+    skip = z3.And(reconsider, c < cursor, mask.chunk_reachable(s, c, Hp * bpc))
+    submitted = z3.And(start <= c, c < n, z3.Not(skip), reach)
+    return StoreStep(submitted, _max(cursor, n), z3.BoolVal(True))
+
+
+def v029_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
+    """vLLM 0.29.0 ``_build_store_jobs`` with ``is_store_reachable_swa_chunk``:
+    the step's storable count is taken as the final horizon."""
+    wc = aux["wc"]
+    submitted = z3.And(cursor <= c, c < n, mask.v029_chunk_reachable(s, c, n, wc))
+    return StoreStep(submitted, _max(cursor, n), mask.v029_window_chunks(s, wc))
+
+
+RULES = {"vllm-0.29": v029_store, "vllm-0.33": v033_store}
