@@ -1,0 +1,116 @@
+"""Counterexamples as scenarios: a Z3 model decoded into a concrete
+configuration and lifecycle, replayed through the executable rule
+(``kvreach.impl.lifecycle.run``), so the violation is shown by code that runs
+without a solver."""
+
+from __future__ import annotations
+
+import z3
+
+from kvreach.impl.lifecycle import Lifecycle, Trace, run
+from kvreach.spec.config import R_NONE, to_concrete
+from kvreach.spec.lifecycle import K_ABORT, K_DECODE, K_PREFILL, KINDS
+
+PR_EXAMPLE = dict(block_size=4, window=16, alignment_tokens=36, prompt_tokens=1200, budget=1000)
+
+
+def pr_example_pins(ctx, trs=None) -> list:
+    """PR #54362's worked example: full-attention block 36 (alignment 36),
+    SWA block 4, window 16, 1200-token prompt, 1000-token budget, prefill
+    chunks as the scheduler cuts them (min(budget, remaining))."""
+    s = ctx.s
+    pins = [
+        s.B == 4, s.W == 16, s.has_align, s.A == 36, s.bpc == 1, z3.Not(s.eagle),
+        s.rmode == R_NONE, s.P == 1200, s.prompt_only, z3.Not(s.has_max), ctx.budget == 1000,
+    ]
+    return pins
+
+
+def scheduler_cut(ctx, sts, trs) -> list:
+    """Prefill steps take ``min(budget, remaining)`` tokens, as vLLM's
+    scheduler does for a lone request."""
+    s = ctx.s
+    out = []
+    for pre, t in zip(sts, trs):
+        rem = s.P - pre.f
+        out.append(z3.Implies(
+            t.kind == K_PREFILL, t.sched == z3.If(ctx.budget <= rem, ctx.budget, rem),
+        ))
+    return out
+
+
+def readable_bounds(ctx) -> list:
+    """Small numbers for readable scenarios (counterexample search only; a
+    counterexample within bounds is a counterexample)."""
+    s = ctx.s
+    return [
+        s.B <= 16, s.W <= 64, s.bpc <= 4, s.psA <= 16, s.Rc <= 4, s.P <= 512,
+        s.max_off <= 512, ctx.budget <= 512,
+    ]
+
+
+def _v(m, x) -> int:
+    return m.eval(x, model_completion=True).as_long()
+
+
+def violation_in(trace: Trace, obligation: str, model: str) -> list[int]:
+    """Chunks witnessing ``obligation``'s violation in a concrete trace."""
+    stored = list(trace.stored)
+    if obligation == "soundness":
+        return sorted(set(stored) - trace.loadable(model))
+    if obligation == "completeness":
+        computed = trace.computed_tokens // trace.group.chunk_tokens
+        return sorted(c for c in trace.needed(model) - set(stored) if c < computed)
+    if obligation == "exactly-once":
+        return sorted({c for c in stored if stored.count(c) > 1})
+    if obligation == "computed-before-stored":
+        C = trace.group.chunk_tokens
+        return sorted(
+            c for st in trace.steps for c in st.submitted if (c + 1) * C > st.num_computed_tokens
+        )
+    return []
+
+
+def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
+    g, r = to_concrete(m, ctx.s)
+    budget = _v(m, ctx.budget)
+    kinds = [KINDS[_v(m, t.kind)] for t in trs]
+    scheds = [_v(m, t.sched) for t in trs]
+    prefill = [x for k, x in zip(kinds, scheds) if k == "prefill"]
+    n_decode = sum(1 for k in kinds if k == "decode")
+    aborted = kinds[-1] == "abort"
+    left = r.prompt_tokens - sum(prefill)
+    while left > 0:  # steps after an abort are never run
+        prefill.append(min(budget, left))
+        left -= prefill[-1]
+    lc = Lifecycle(
+        budget=budget, prefill_steps=tuple(prefill), decode=n_decode,
+        abort_after_step=depth - 1 if aborted else None,
+    )
+    out = {
+        "chunk": _v(m, ctx.c),
+        "config": {"group": g.__dict__, "request": r.__dict__},
+        "lifecycle": lc.__dict__ | {"prefill_steps": list(lc.prefill_steps)},
+        "spec_steps": [
+            {"kind": k, "scheduled_tokens": x, "num_chunks": _v(m, t.n),
+             "submitted_tracked_chunk": z3.is_true(m.eval(t.submitted, model_completion=True))}
+            for k, x, t in zip(kinds, scheds, trs)
+        ],
+    }
+    if replay:
+        trace = run(ctx.rule, g, r, lc)
+        out["trace"] = trace.to_json(ctx.model)
+        out["_trace"] = trace
+    return out
+
+
+def decode_static(m, ctx) -> dict:
+    g, r = to_concrete(m, ctx.s)
+    return {
+        "config": {"group": g.__dict__, "request": r.__dict__},
+        "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.H),
+        "boundary_block": _v(m, ctx.L),
+    }
+
+
+_ = (K_ABORT, K_DECODE)

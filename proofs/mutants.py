@@ -1,0 +1,107 @@
+"""Mutants: deliberately wrong rules each obligation must reject.
+
+A mutant is rejected when the obligation finds a concrete counterexample
+against it (BMC from the initial state for lifecycle obligations; a model of
+the negated property for static ones). Each mutant names the mistake it
+plants, in vLLM terms.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from kvreach.spec import mask
+from kvreach.spec.config import _max
+from kvreach.spec.rules import StoreStep, v033_store
+
+
+def prefix_horizon_store(s, cursor, n, finished, c, aux):
+    """vllm-0.33 with the pre-fix horizon: the step's count is the final end."""
+    reach = mask.chunk_reachable(s, c, n * s.bpc)
+    return StoreStep(z3.And(cursor <= c, c < n, reach), _max(cursor, n), z3.BoolVal(True))
+
+
+def no_final_tail_store(s, cursor, n, finished, c, aux):
+    """vllm-0.33 without the final-segment tail (horizon always None)."""
+    reach = mask.chunk_reachable(s, c, None)
+    return StoreStep(z3.And(cursor <= c, c < n, reach), _max(cursor, n), z3.BoolVal(True))
+
+
+def resubmit_store(s, cursor, n, finished, c, aux):
+    """vllm-0.33 whose abort reconsideration forgets what was stored: it
+    rescans the final partial segment from its start."""
+    real = v033_store(s, cursor, n, finished, c, aux)
+    hb = n * s.bpc
+    seg_start = (hb - hb % s.psA) / s.bpc
+    rescan = z3.And(finished, s.has_align, seg_start <= c, c < n,
+                    mask.chunk_reachable(s, c, n * s.bpc))
+    return StoreStep(z3.Or(real.submitted, rescan), real.next_cursor, real.side)
+
+
+def ahead_store(s, cursor, n, finished, c, aux):
+    """vllm-0.33 that also submits the chunk after the frontier."""
+    real = v033_store(s, cursor, n, finished, c, aux)
+    return StoreStep(z3.Or(real.submitted, c == n), real.next_cursor, real.side)
+
+
+def stuck_cursor_store(s, cursor, n, finished, c, aux):
+    """vllm-0.33 whose cursor never advances."""
+    real = v033_store(s, cursor, n, finished, c, aux)
+    return StoreStep(real.submitted, cursor, real.side)
+
+
+# obligation -> (mutant name, store fn or None, static variant or None)
+MUTANTS = {
+    "soundness": ("prefix-horizon", prefix_horizon_store, None),
+    "completeness": ("no-final-tail", no_final_tail_store, None),
+    "exactly-once": ("reconsider-resubmits", resubmit_store, None),
+    "computed-before-stored": ("store-ahead-of-frontier", ahead_store, None),
+    "invariant": ("stuck-cursor", stuck_cursor_store, None),
+    "mask-equivalence": ("need-ceil-W-over-B", None, "need-ceil-W"),
+    "load-witness": ("witness-one-segment-early", None, "witness-early"),
+    "chunk-mask-closed-form": ("tail-off-by-one", None, "tail-off-by-one"),
+    "load-window-blocks": ("need-ceil-W-over-B", None, "need-ceil-W"),
+}
+
+
+# --- static mutants ----------------------------------------------------------
+from dataclasses import replace  # noqa: E402
+
+from kvreach.spec import load  # noqa: E402
+from kvreach.spec.config import R_NONE  # noqa: E402
+
+
+def need_ceil_w(s):
+    """``s`` with ``need0 = ceil(W / B)`` (0.29's window formula at block level)."""
+    nm = z3.Int("need0_mutant")
+    side = z3.And((nm - 1) * s.B < s.W, s.W <= nm * s.B)
+    return replace(s, need0=nm), side
+
+
+def wanted_early_witness(s, model, c, H):
+    """``load.wanted`` whose segment witness is one segment too early."""
+    k = (c * s.bpc - s.e) / s.seg
+    w = z3.If(k >= 1, k, 1) * s.seg
+    parts = [
+        z3.And(load.segment_boundary(s, w), load.chunk_requested(s, c, w)),
+        z3.And(s.has_align, s.rmode != R_NONE, load.replay_boundary(s) >= 1,
+               load.chunk_requested(s, c, load.replay_boundary(s))),
+    ]
+    if model == "intended":
+        parts.append(z3.And(z3.Not(s.eagle), s.rmode == R_NONE, H >= 1,
+                            load.chunk_requested(s, c, H * s.bpc)))
+    return z3.And(c >= 0, c < H, z3.Or(parts))
+
+
+def chunk_reachable_off_by_one(s, c, F=None):
+    """``mask.chunk_reachable`` with ``r > seg - need`` instead of ``>=``."""
+    first = c * s.bpc
+    last = first + s.bpc - 1
+    r = (last - s.e) % s.seg
+    prev = last - r - 1
+    seg_hit = z3.And(s.has_segments, s.need >= 1, z3.Or(
+        z3.And(last >= s.e, r > s.seg - s.need),
+        z3.And(prev >= first, prev >= s.e),
+    ))
+    full = mask.chunk_reachable(s, c, F)
+    return z3.Or(s.dense, seg_hit, z3.And(z3.Not(mask.chunk_reachable(s, c, None)), full))

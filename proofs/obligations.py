@@ -1,0 +1,302 @@
+"""Proof obligations: each builds Z3 queries whose unsatisfiability is the
+property. Configurations (which rule, which load model) are chosen by the
+runner; this module only says what is checked.
+
+Lifecycle obligations are checked by induction over the number of scheduler
+steps (the invariant of ``kvreach.spec.lifecycle.invariant`` is itself the
+obligation ``invariant``): a violation must occur in one transition from an
+arbitrary state satisfying the invariant. When that query is satisfiable the
+runner searches a concrete counterexample from the initial state by bounded
+model checking (BMC), so every reported counterexample is a real trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import z3
+
+from kvreach.spec import load, mask
+from kvreach.spec.config import SymConfig
+from kvreach.spec.lifecycle import (
+    K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition,
+)
+
+
+@dataclass
+class Ctx:
+    """Symbols shared by one obligation's queries."""
+
+    s: SymConfig
+    rule: str
+    model: str
+    c: z3.ArithRef = field(default_factory=lambda: z3.Int("chunk"))
+    L: z3.ArithRef = field(default_factory=lambda: z3.Int("boundary_block"))
+    H: z3.ArithRef = field(default_factory=lambda: z3.Int("final_horizon_chunks"))
+    budget: z3.ArithRef = field(default_factory=lambda: z3.Int("budget"))
+    store_fn: Callable | None = None  # a mutant's store decision
+    variant: str | None = None  # a static mutant
+
+    def base(self) -> list:
+        return [self.s.well_formed(), self.budget >= 1]
+
+
+@dataclass
+class Query:
+    premise: list  # assumptions (checked satisfiable: non-vacuity)
+    violation: z3.BoolRef  # negated property
+
+
+@dataclass
+class Obligation:
+    name: str
+    statement: str
+    kind: str  # "lifecycle" | "static"
+    # static: ctx -> queries; lifecycle: (ctx, pre, tr, post) -> violation of one step
+    queries: Callable | None = None
+    step_violation: Callable | None = None
+    bmc_violation: Callable | None = None
+    rule_specific: bool = True
+    model_specific: bool = True
+
+
+def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
+    """Final horizons (chunks) a request in ``post`` can still end with: at
+    least this step's ``n`` (0.29's EAGLE exclusion may take one back), at most
+    the offload cap (prompt horizon with offload_prompt_only; max_offload_tokens;
+    else unbounded: decode may go on)."""
+    s = ctx.s
+    lo = tr.n - (s.e if ctx.rule == "vllm-0.29" else 0)
+    cap = z3.And(
+        z3.Implies(s.prompt_only, ctx.H <= s.prompt_horizon),
+        z3.Implies(s.has_max, ctx.H <= s.max_off / s.C),
+    )
+    return z3.And(ctx.H >= lo, cap)
+
+
+# --- lifecycle obligations -----------------------------------------------
+
+
+def _sound_step(ctx: Ctx, pre, tr, post):
+    s = ctx.s
+    H = z3.If(tr.finished, tr.n, ctx.H)
+    return z3.And(
+        z3.Implies(z3.Not(tr.finished), final_horizon_bounds(ctx, tr, post)),
+        tr.submitted, z3.Not(load.wanted(s, ctx.model, ctx.c, H)),
+    )
+
+
+def _complete_step(ctx: Ctx, pre, tr, post):
+    s = ctx.s
+    return z3.And(
+        tr.finished,
+        load.needed(s, ctx.model, ctx.c, ctx.L, tr.n),
+        (ctx.c + 1) * s.C <= post.f,
+        z3.Not(post.stored),
+    )
+
+
+def _once_step(ctx: Ctx, pre, tr, post):
+    return z3.And(pre.stored, tr.submitted)
+
+
+def _computed_step(ctx: Ctx, pre, tr, post):
+    return z3.And(tr.submitted, (ctx.c + 1) * ctx.s.C > post.f)
+
+
+# BMC forms: a whole trace st[0..d] with transitions trs[1..d], trs[d] an end.
+def _sound_bmc(ctx, sts, trs):
+    H = trs[-1].n
+    return z3.Or([z3.And(t.submitted, z3.Not(load.wanted(ctx.s, ctx.model, ctx.c, H))) for t in trs])
+
+
+def _complete_bmc(ctx, sts, trs):
+    return _complete_step(ctx, sts[-2], trs[-1], sts[-1])
+
+
+def _once_bmc(ctx, sts, trs):
+    return z3.Or([z3.And(sts[i].stored, trs[i].submitted) for i in range(len(trs))])
+
+
+def _computed_bmc(ctx, sts, trs):
+    return z3.Or([_computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
+
+
+def _invariant_step(ctx: Ctx, pre, tr, post):
+    """Running transitions preserve the invariant (and init establishes it)."""
+    return z3.And(z3.Not(tr.finished), z3.Not(invariant(ctx.s, ctx.rule, post, ctx.c)))
+
+
+# --- static obligations ----------------------------------------------------
+
+
+def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
+    """The rule's keep-decision for chunk ``c`` of a request whose final
+    horizon is ``H`` chunks, evaluated at that horizon."""
+    s = ctx.s
+    if ctx.rule == "vllm-0.29":
+        wc = z3.Int("wc_mask")
+        return z3.And(mask.v029_window_chunks(s, wc), mask.v029_chunk_reachable(s, c, H, wc))
+    F = z3.If(z3.Or(s.eagle, s.rmode != 0), -1, H * s.bpc)
+    return mask.chunk_reachable(s, c, F)
+
+
+def _mask_eq(ctx: Ctx):
+    s, c, H, L = ctx.s, ctx.c, ctx.H, ctx.L
+    rng = [c >= 0, c < H]
+    keep = one_shot_mask(ctx, c, H)
+    if ctx.variant == "need-ceil-W":
+        from kvreach.proofs.mutants import need_ceil_w
+
+        sm, side = need_ceil_w(s)
+        keep = z3.And(side, one_shot_mask(Ctx(sm, ctx.rule, ctx.model), c, H))
+    return [
+        Query(ctx.base() + rng + [keep], z3.Not(load.wanted(s, ctx.model, c, H))),
+        Query(
+            ctx.base() + rng + [load.is_boundary(s, ctx.model, L, H), load.chunk_requested(s, c, L)],
+            z3.Not(keep),
+        ),
+    ]
+
+
+def _load_witness(ctx: Ctx):
+    s, c, H, L = ctx.s, ctx.c, ctx.H, ctx.L
+    wanted = load.wanted
+    if ctx.variant == "witness-early":
+        from kvreach.proofs.mutants import wanted_early_witness as wanted
+    return [Query(
+        ctx.base() + [c >= 0, c < H, load.is_boundary(s, ctx.model, L, H), load.chunk_requested(s, c, L)],
+        z3.Not(wanted(s, ctx.model, c, H)),
+    )]
+
+
+def _chunk_closed_form(ctx: Ctx):
+    s, c, F = ctx.s, ctx.c, ctx.H  # H used as a free final segment end (blocks)
+    j = z3.Int("block_in_chunk")
+    first = c * s.bpc
+    lo, _ = mask.final_tail_bounds(s, F)
+    end = s.replay_end_block()
+    r = (first + s.bpc - 1 - s.e) % s.seg
+    witnesses = [
+        s.bpc - 1, s.bpc - 1 - r - 1,
+        z3.If(lo > first, lo - first, 0),
+        z3.If(end - s.need > first, end - s.need - first, 0),
+    ]
+    exists_some = z3.Or([mask.chunk_reachable_exists(s, c, w, F) for w in witnesses])
+    closed = mask.chunk_reachable
+    if ctx.variant == "tail-off-by-one":
+        from kvreach.proofs.mutants import chunk_reachable_off_by_one as closed
+    return [
+        Query(ctx.base() + [c >= 0, F >= 0, mask.chunk_reachable_exists(s, c, j, F)],
+              z3.Not(closed(s, c, F))),
+        Query(ctx.base() + [c >= 0, F >= 0, closed(s, c, F)], z3.Not(exists_some)),
+    ]
+
+
+def _load_window_blocks(ctx: Ctx):
+    s, L = ctx.s, ctx.L
+    first_tok = L * s.B - (s.W - 1)
+    need0, side = s.need0, []
+    if ctx.variant == "need-ceil-W":
+        from kvreach.proofs.mutants import need_ceil_w
+
+        sm, cons = need_ceil_w(s)
+        need0, side = sm.need0, [cons]
+    return [Query(ctx.base() + side + [L >= 1, first_tok >= 0],
+                  first_tok / s.B != L - need0)]
+
+
+OBLIGATIONS: dict[str, Obligation] = {
+    o.name: o
+    for o in [
+        Obligation(
+            "soundness",
+            "Every chunk submitted, at every step, is wanted by the load model "
+            "under the request's final horizon (requested by some hit boundary).",
+            "lifecycle", step_violation=_sound_step, bmc_violation=_sound_bmc,
+        ),
+        Obligation(
+            "completeness",
+            "At the end, every chunk requested by a hit this request can serve "
+            "(all requested chunks below the final horizon) whose tokens were "
+            "computed has been submitted.",
+            "lifecycle", step_violation=_complete_step, bmc_violation=_complete_bmc,
+        ),
+        Obligation(
+            "exactly-once",
+            "No chunk is submitted twice, abort reconsideration included.",
+            "lifecycle", step_violation=_once_step, bmc_violation=_once_bmc,
+            model_specific=False,
+        ),
+        Obligation(
+            "computed-before-stored",
+            "No chunk is submitted before all of its tokens are computed "
+            "((c + 1) * chunk_tokens <= num_computed_tokens).",
+            "lifecycle", step_violation=_computed_step, bmc_violation=_computed_bmc,
+            model_specific=False,
+        ),
+        Obligation(
+            "mask-equivalence",
+            "The rule's closed-form mask at the final horizon keeps exactly the "
+            "chunks of the union, over the load model's hit boundaries, of each "
+            "boundary's need-window.",
+            "static", queries=_mask_eq,
+        ),
+        Obligation(
+            "invariant",
+            "Running steps (prefill, decode) preserve the rule's inductive "
+            "invariant, which the initial state satisfies.",
+            "lifecycle", step_violation=_invariant_step, model_specific=False,
+        ),
+        Obligation(
+            "load-witness",
+            "Any hit boundary that requests a chunk implies the named witness "
+            "boundary requests it (justifies the quantifier-free 'wanted').",
+            "static", queries=_load_witness, rule_specific=False,
+        ),
+        Obligation(
+            "chunk-mask-closed-form",
+            "The closed-form chunk mask equals 'some block of the chunk is "
+            "reachable' (vLLM's any() over the chunk's blocks).",
+            "static", queries=_chunk_closed_form, rule_specific=False, model_specific=False,
+        ),
+        Obligation(
+            "load-window-blocks",
+            "For a block-aligned hit L, the window tokens [L*B-(W-1), L*B) start "
+            "in block L - ceil((W-1)/B).",
+            "static", queries=_load_window_blocks, rule_specific=False, model_specific=False,
+        ),
+    ]
+}
+
+
+def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
+    """One transition from an arbitrary invariant state (induction step)."""
+    pre, post = State.fresh("pre"), State.fresh("post")
+    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn)
+    prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
+    return Query(prem, ob.step_violation(ctx, pre, tr, post))
+
+
+def invariant_base_query(ctx: Ctx) -> Query:
+    st = State.fresh("init")
+    return Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(invariant(ctx.s, ctx.rule, st, ctx.c)))
+
+
+def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
+    """``depth`` transitions from the initial state, the last one an end."""
+    sts = [State.fresh(f"s{i}") for i in range(depth + 1)]
+    trs = [
+        transition(ctx.s, ctx.rule, sts[i], sts[i + 1], ctx.c, ctx.budget, f"t{i + 1}", ctx.store_fn)
+        for i in range(depth)
+    ]
+    prem = ctx.base() + [ctx.c >= 0, init(sts[0])]
+    for i, t in enumerate(trs):
+        prem.append(t.constraints)
+        if i < depth - 1:
+            prem.append(z3.Or(t.kind == K_PREFILL, t.kind == K_DECODE))
+        else:
+            prem.append(z3.Or(t.kind == K_FINISH, t.kind == K_ABORT))
+    viol = ob.bmc_violation(ctx, sts, trs) if ob.bmc_violation else z3.BoolVal(False)
+    return Query(prem, viol), sts, trs

@@ -1,0 +1,249 @@
+"""Runs obligations with Z3 and reports honest verdicts.
+
+Verdicts: ``proved`` (every query unsat; lifecycle rows also need the rule's
+``invariant`` proved), ``counterexample`` (a concrete model, decoded and
+replayed through the executable rule), ``unknown`` (a solver ``unknown`` or
+timeout, or an induction step that fails with no counterexample within the
+BMC bound). Each row also reports non-vacuity (the premises are satisfiable)
+and its mutant (must be rejected).
+"""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+
+import z3
+
+from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
+from kvreach.proofs import decode
+from kvreach.proofs.mutants import MUTANTS
+from kvreach.proofs.obligations import (
+    OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lifecycle_step_query,
+)
+from kvreach.spec.config import SymConfig
+
+TIMEOUT_MS = 15_000
+BMC_DEPTHS = (1, 2, 3)
+SCOPE_SYMBOLIC = (
+    "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 1, "
+    "blocks_per_chunk >= 1, alignment (none or A = psA*B), retention (None, 0, "
+    "R = k*chunk), eagle, prompt_tokens >= 1, max_offload_tokens, "
+    "offload_prompt_only, budget >= 1, chunk index; excluded: alignment_tokens % B != 0 "
+    "(vLLM's dense fallback), null blocks, prepare_store refusals, preemption"
+)
+
+
+class ProofRunError(RuntimeError):
+    pass
+
+
+@dataclass
+class Row:
+    obligation: str
+    rule: str
+    load_model: str
+    verdict: str
+    scope: str
+    seconds: float
+    expected: str = ""
+    non_vacuous: bool | None = None
+    mutant: str = ""
+    mutant_rejected: bool | None = None
+    detail: str = ""
+    counterexample: dict | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.verdict == self.expected
+            and self.verdict != "unknown"
+            and "NOT replay" not in self.detail
+            and self.non_vacuous is not False
+            and self.mutant_rejected is not False
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "obligation": self.obligation, "rule": self.rule,
+            "load_model": self.load_model, "verdict": self.verdict,
+            "expected": self.expected, "scope": self.scope,
+            "seconds": round(self.seconds, 3), "non_vacuous": self.non_vacuous,
+            "mutant": self.mutant, "mutant_rejected": self.mutant_rejected,
+            "detail": self.detail, "counterexample": self.counterexample,
+        }
+
+
+def expected_table() -> dict[tuple[str, str, str], str]:
+    text = resources.files("kvreach.proofs").joinpath("expected.toml").read_text()
+    out = {}
+    for row in tomllib.loads(text)["row"]:
+        out[(row["obligation"], row["rule"], row["load_model"])] = row["verdict"]
+    return out
+
+
+def _solve(assertions: list, timeout_ms: int = TIMEOUT_MS):
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(*assertions)
+    r = s.check()
+    return r, (s.model() if r == z3.sat else None)
+
+
+def _static(q: Query):
+    """-> ('unsat'|'sat'|'unknown', model, vacuity_ok)"""
+    rv, _ = _solve(q.premise)
+    r, m = _solve(q.premise + [q.violation])
+    return str(r), m, rv == z3.sat
+
+
+def rows_for(obligation: str | None, rule: str | None, model: str | None):
+    for name, ob in OBLIGATIONS.items():
+        if obligation and name != obligation:
+            continue
+        for r in (RULES if ob.rule_specific else ("any",)):
+            if rule and ob.rule_specific and r != rule:
+                continue
+            for m in (LOAD_MODELS if ob.model_specific else ("any",)):
+                if model and ob.model_specific and m != model:
+                    continue
+                yield name, r, m
+
+
+def _ctx(rule: str, model: str, **kw) -> Ctx:
+    return Ctx(SymConfig.fresh(), "vllm-0.33" if rule == "any" else rule,
+               "intended" if model == "any" else model, **kw)
+
+
+def find_counterexample(name: str, rule: str, model: str, store_fn=None):
+    """BMC from the initial state; first pinned to PR #54362's worked example
+    (so regressions decode to its numbers), then over every configuration."""
+    ob = OBLIGATIONS[name]
+    for pinned in (True, False):
+        for depth in BMC_DEPTHS:
+            ctx = _ctx(rule, model, store_fn=store_fn)
+            q, sts, trs = bmc_query(ob, ctx, depth)
+            extra = (
+                decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                if pinned else decode.readable_bounds(ctx)
+            )
+            r, m = _solve(q.premise + extra + [q.violation])
+            if r == z3.sat:
+                cex = decode.decode_bmc(m, ctx, sts, trs, depth, replay=store_fn is None)
+                if store_fn is None:
+                    trace = cex.pop("_trace")
+                    cex["replayed_violation"] = decode.violation_in(trace, name, model)
+                return depth, cex
+    return None, None
+
+
+def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
+    ob = OBLIGATIONS[name]
+    t0 = time.perf_counter()
+    scope = SCOPE_SYMBOLIC
+    detail = ""
+    cex = None
+    if ob.kind == "static":
+        results = [_static(q) for q in ob.queries(_ctx(rule, model))]
+        non_vacuous = all(v for _, _, v in results)
+        verdicts = [r for r, _, _ in results]
+        if "sat" in verdicts:
+            verdict = "counterexample"
+            m = results[verdicts.index("sat")][1]
+            cex = decode.decode_static(m, _ctx(rule, model))
+        elif "unknown" in verdicts:
+            verdict, detail = "unknown", "solver returned unknown / timeout"
+        else:
+            verdict = "proved"
+        scope += "; a single symbolic chunk / boundary / horizon (no steps)"
+    else:
+        ctx = _ctx(rule, model)
+        q = lifecycle_step_query(ob, ctx)
+        rv, _ = _solve(q.premise)
+        non_vacuous = rv == z3.sat
+        r, _ = _solve(q.premise + [q.violation])
+        if name == "invariant":
+            rb, _ = _solve(invariant_base_query(ctx).premise + [invariant_base_query(ctx).violation])
+            r = z3.sat if rb == z3.sat else r
+        if r == z3.unsat:
+            verdict = "proved"
+            scope += "; any number of steps (1-step induction"
+            if name != "invariant":
+                inv_rule = ctx.rule
+                if not invariant_ok.get(inv_rule, False):
+                    verdict, detail = "unknown", f"invariant of {inv_rule} not proved"
+                scope += ", invariant obligation 'invariant'"
+            scope += ")"
+        else:
+            depth, cex = (None, None)
+            if name != "invariant":
+                depth, cex = find_counterexample(name, ctx.rule, ctx.model)
+            if cex is not None:
+                verdict = "counterexample"
+                scope += f"; counterexample by BMC, {depth} step(s) from the initial state"
+                if not cex.get("replayed_violation"):
+                    detail = "counterexample did NOT replay through the executable rule"
+            else:
+                verdict = "unknown"
+                detail = (
+                    "solver returned unknown / timeout" if r == z3.unknown else
+                    f"induction step fails and BMC finds no counterexample within {max(BMC_DEPTHS)} steps"
+                )
+    mutant, rejected = run_mutant(name, rule, model)
+    return Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
+               non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
+               detail=detail, counterexample=cex)
+
+
+_mutant_cache: dict[str, tuple[str, bool]] = {}
+
+
+def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
+    """The obligation's mutant (of vllm-0.33 under intended) must be rejected."""
+    if name in _mutant_cache:
+        return _mutant_cache[name]
+    mname, store_fn, variant = MUTANTS[name]
+    ob = OBLIGATIONS[name]
+    if variant is not None:
+        qs = ob.queries(_ctx("vllm-0.33", "intended", variant=variant))
+        rejected = any(_solve(q.premise + [q.violation])[0] == z3.sat for q in qs)
+    elif name == "invariant":
+        q = lifecycle_step_query(ob, _ctx("vllm-0.33", "intended", store_fn=store_fn))
+        rejected = _solve(q.premise + [q.violation])[0] == z3.sat
+    else:
+        depth, _ = find_counterexample(name, "vllm-0.33", "intended", store_fn=store_fn)
+        rejected = depth is not None
+    _mutant_cache[name] = (mname, rejected)
+    return _mutant_cache[name]
+
+
+def run(obligation=None, rule=None, model=None, progress=None) -> list[Row]:
+    if obligation is not None and obligation not in OBLIGATIONS:
+        from kvreach.params import ParamError
+
+        raise ParamError("obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
+    if rule is not None:
+        check_rule(rule)
+    if model is not None:
+        check_load_model(model)
+    table = expected_table()
+    todo = list(rows_for(obligation, rule, model))
+    # The invariant rows first: lifecycle proofs rest on them.
+    invariant_ok: dict[str, bool] = {}
+    for r in (RULES if rule is None else (rule,)):
+        row = run_row("invariant", r, "any", {})
+        invariant_ok[r] = row.verdict == "proved"
+        if ("invariant", r, "any") in todo:
+            todo.remove(("invariant", r, "any"))
+            row.expected = table.get(("invariant", r, "any"), "?")
+            if progress:
+                progress(row)
+            yield row
+    for name, r, m in todo:
+        row = run_row(name, r, m, invariant_ok)
+        row.expected = table.get((name, r, m), "?")
+        if progress:
+            progress(row)
+        yield row
