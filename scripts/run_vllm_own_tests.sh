@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Run vLLM 0.33.0's own offloading-connector scheduler tests twice on CPU:
+# stock, and with kvreach's KvReachOffloadingConnectorScheduler substituted
+# for OffloadingConnectorScheduler. Exit non-zero if any test that passes
+# stock does not pass with kvreach (or if the substitution did not happen).
+#
+# Environment (all optional):
+#   VLLM_SDIST        the vllm-sdist tool (default: ../shared/tools/vllm-sdist,
+#                     relative to the repository root, beside the clone in CI)
+#   VLLM_SRC_CACHE    where the sdist is unpacked (default:
+#                     ${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist); never
+#                     inside the repository
+#   PYTHON            interpreter with vllm==0.33.0 and kvreach installed
+#   PYTEST_SELECT     extra pytest args, e.g. '-k "swa or sliding"'
+set -euo pipefail
+
+VLLM_VERSION=0.33.0
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VLLM_SDIST="${VLLM_SDIST:-$REPO_ROOT/../shared/tools/vllm-sdist}"
+VLLM_SRC_CACHE="${VLLM_SRC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvreach/vllm-sdist}"
+PYTHON="${PYTHON:-python}"
+TEST_FILE=tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py
+
+SRC="$VLLM_SRC_CACHE/vllm-$VLLM_VERSION"
+if [[ ! -f "$SRC/$TEST_FILE" ]]; then
+    echo "fetching vLLM $VLLM_VERSION sdist into $VLLM_SRC_CACHE" >&2
+    mkdir -p "$VLLM_SRC_CACHE"
+    "$PYTHON" "$VLLM_SDIST" "$VLLM_VERSION" "$VLLM_SRC_CACHE" >&2
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/kvreach-vllm-own-tests.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+# Fake offline HF cache: facebook/opt-125m's config.json only (no weights).
+"$PYTHON" - "$WORK/hub" <<'PY'
+import sys
+from pathlib import Path
+from transformers import OPTConfig
+rev = "0" * 40
+repo = Path(sys.argv[1]) / "models--facebook--opt-125m"
+OPTConfig().save_pretrained(repo / "snapshots" / rev)
+(repo / "refs").mkdir(parents=True, exist_ok=True)
+(repo / "refs" / "main").write_text(rev)
+PY
+
+run() {  # $1 = stock|kvreach
+    local mode="$1" sub=0
+    [[ "$mode" == kvreach ]] && sub=1
+    (
+        cd "$SRC"
+        HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_CACHE="$WORK/hub" \
+        KVREACH_SUBSTITUTE=$sub KVREACH_INSTANCES_FILE="$WORK/$mode.instances" \
+        PYTHONPATH="$REPO_ROOT/scripts:$SRC${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" -m pytest -p kvreach_vllm_plugin -p no:cacheprovider \
+            --confcutdir=tests/v1/kv_connector/unit/offloading_connector \
+            -q -rfE --junitxml="$WORK/$mode.xml" ${PYTEST_SELECT:-} "$TEST_FILE" \
+            > "$WORK/$mode.log" 2>&1 || true
+    )
+    tail -n 1 "$WORK/$mode.log" | sed "s/^/[$mode] /"
+}
+
+start=$(date +%s)
+run stock
+run kvreach
+echo "elapsed: $(( $(date +%s) - start ))s"
+
+"$PYTHON" - "$WORK" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+work = Path(sys.argv[1])
+
+def outcomes(mode):
+    res = {}
+    for case in ET.parse(work / f"{mode}.xml").iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        res[name] = ("failed" if kinds & {"failure", "error"}
+                     else "skipped" if "skipped" in kinds else "passed")
+    return res
+
+stock, kv = outcomes("stock"), outcomes("kvreach")
+instances = int((work / "kvreach.instances").read_text() or 0)
+count = lambda d, o: sum(v == o for v in d.values())
+print(f"stock:   {count(stock, 'passed')} passed, {count(stock, 'failed')} failed, "
+      f"{count(stock, 'skipped')} skipped")
+print(f"kvreach: {count(kv, 'passed')} passed, {count(kv, 'failed')} failed, "
+      f"{count(kv, 'skipped')} skipped; kvreach schedulers built: {instances}")
+not_on_cpu = sorted(n for n, o in stock.items() if o != "passed")
+if not_on_cpu:
+    print("not passing stock on this machine (excluded from the comparison):")
+    for n in not_on_cpu:
+        print(f"  {stock[n]:7} {n}")
+regressions = sorted(n for n, o in stock.items() if o == "passed" and kv.get(n) != "passed")
+for n in regressions:
+    print(f"REGRESSION {kv.get(n, 'missing')}: {n}")
+if instances == 0:
+    print("ERROR: the kvreach scheduler was never instantiated (substitution failed)")
+sys.exit(1 if regressions or instances == 0 or not stock else 0)
+PY

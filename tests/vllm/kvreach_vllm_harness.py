@@ -1,0 +1,675 @@
+"""Drive vLLM 0.33.0's real scheduler side with fake model outputs.
+
+Real: ``Scheduler`` / ``AsyncScheduler``, ``KVCacheManager`` (block
+allocation, sliding-window block freeing, block hashing), the connector
+(``OffloadingConnector`` or ``KvReachOffloadingConnector``, loaded through
+``KVTransferConfig`` like in production) and its ``OffloadingConnectorScheduler``.
+
+Fake: the model runner. Each step returns one sampled token for every request
+that is not mid-prefill (``Request.is_prefill_chunk``), as the GPU runner does,
+and reports every transfer job of that step as completed by the one worker.
+
+Mocked: only the offload manager's memory (``RecordingOffloadingSpec``): a
+``MagicMock(spec=OffloadingManager)`` whose ``prepare_store`` accepts every key
+it is given (as vLLM's own tests do with ``generate_store_output``) and whose
+``lookup`` always misses. So what ``prepare_store`` receives is exactly the
+store decision of ``_build_store_jobs``; it is recorded per step as
+``(req_id, group_idx, chunk_idx)``. No worker and no KV memory exist.
+
+Written for kvreach (not copied from vLLM's tests/v1/kv_connector/unit/
+offloading_connector/utils.py, whose RequestRunner it is modeled on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from unittest.mock import MagicMock, patch
+
+import torch
+
+from vllm import SamplingParams
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVEventsConfig,
+    KVTransferConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+    OffloadingConnectorMetadata,
+    OffloadingWorkerMetadata,
+)
+from vllm.platforms import current_platform
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import (
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+    SlidingWindowSpec,
+)
+from vllm.v1.kv_offload.base import (
+    LoadStoreSpec,
+    LookupResult,
+    OffloadingManager,
+    OffloadingSpec,
+    OffloadKey,
+    PrepareStoreOutput,
+    RequestOffloadingContext,
+)
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+from vllm.v1.structured_output import StructuredOutputManager
+
+from kvreach.params import GroupConfig
+
+HARNESS_MODULE = __name__
+SAMPLED_TOKEN = 7  # not EOS (2) of the config written below; ignore_eos anyway
+
+
+# ---------------------------------------------------------------------------
+# Test-only shims
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def hybrid_kv_cache_shim():
+    """Make ``current_platform.support_hybrid_kv_cache()`` return True (tests
+    only: the hybrid KV cache manager is refused on a platform without GPU)."""
+    cls = type(current_platform)
+    with patch.object(cls, "support_hybrid_kv_cache", classmethod(lambda c: True)):
+        yield
+
+
+def write_offline_model(directory: Path | str) -> str:
+    """A small Llama ``config.json`` (no weights) for ``ModelConfig``: 2 query
+    heads, 1 KV head (MQA), so DCP 2 with TP 2 passes vLLM's config checks."""
+    from transformers import LlamaConfig
+
+    path = Path(directory)
+    LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1,
+        max_position_embeddings=1 << 20, vocab_size=32000,
+    ).save_pretrained(path)
+    json.loads((path / "config.json").read_text())
+    return str(path)
+
+
+# ---------------------------------------------------------------------------
+# Offload memory mock
+# ---------------------------------------------------------------------------
+
+
+class _KeysSpec(LoadStoreSpec):
+    def __init__(self, keys):
+        self.offload_keys: list[OffloadKey] = list(keys)
+
+
+class RecordingOffloadingSpec(OffloadingSpec):
+    """OffloadingSpec whose manager is a mock that accepts every store."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        m = MagicMock(spec=OffloadingManager)
+        m.lookup.return_value = LookupResult.MISS
+        m.get_load_source.return_value = CacheHitSource.EXTERNAL_UNSPECIFIED
+        m.get_stats.return_value = None
+        m.config_info.return_value = [{}]
+        m.on_new_request.return_value = RequestOffloadingContext()
+        m.has_pending_work.return_value = False
+        m.prepare_load = lambda keys, req_context: _KeysSpec(keys)
+        m.prepare_store.side_effect = lambda keys, req_context: PrepareStoreOutput(
+            keys_to_store=list(keys), store_spec=_KeysSpec(keys), evicted_keys=[]
+        )
+        self.manager = m
+
+    def get_manager(self) -> OffloadingManager:
+        return self.manager
+
+    def get_worker(self, kv_caches):  # pragma: no cover - scheduler side only
+        raise NotImplementedError("scheduler-side harness: no worker")
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """One KV cache group: ``full`` attention or ``swa`` (sliding window)."""
+
+    kind: Literal["full", "swa"]
+    block_size: int
+    window: int | None = None
+    eagle: bool = False
+    extra_retained_tokens: int = 0
+
+    def spec(self):
+        common = dict(block_size=self.block_size, num_kv_heads=1, head_size=1,
+                      dtype=torch.float32)
+        if self.kind == "full":
+            return FullAttentionSpec(**common)
+        return SlidingWindowSpec(sliding_window=self.window,
+                                 extra_retained_tokens=self.extra_retained_tokens,
+                                 **common)
+
+
+def full(block_size: int) -> Group:
+    return Group("full", block_size)
+
+
+def swa(block_size: int, window: int, eagle: bool = False, extra: int = 0) -> Group:
+    return Group("swa", block_size, window, eagle, extra)
+
+
+KVREACH = "kvreach"
+STOCK = "stock"
+
+
+def connector_config(which: str, extra: dict[str, Any]) -> KVTransferConfig:
+    if which == KVREACH:
+        return KVTransferConfig(
+            kv_connector="KvReachOffloadingConnector",
+            kv_connector_module_path="kvreach.impl.vllm_connector",
+            kv_role="kv_both",
+            kv_connector_extra_config=extra,
+        )
+    return KVTransferConfig(
+        kv_connector="OffloadingConnector", kv_role="kv_both",
+        kv_connector_extra_config=extra,
+    )
+
+
+@dataclass(frozen=True)
+class Setup:
+    groups: tuple[Group, ...]
+    budget: int = 1000  # max_num_batched_tokens
+    blocks_per_chunk: int = 1
+    async_scheduling: bool = False
+    retention_interval: int | None = None
+    offload_prompt_only: bool = True
+    dcp_world_size: int = 1
+    num_gpu_blocks: int = 4000
+    max_num_seqs: int = 16
+    max_model_len: int = 65536
+    extra: tuple[tuple[str, Any], ...] = ()  # more kv_connector_extra_config
+
+    def alignment_tokens(self) -> int | None:
+        """``SchedulerOffloadConfig.from_spec``, computed independently."""
+        fa = {g.block_size * self.dcp_world_size * self.blocks_per_chunk
+              for g in self.groups if g.kind == "full"}
+        if len(fa) == 1:
+            return fa.pop()
+        if fa:
+            return None
+        return max(g.block_size * self.dcp_world_size * self.blocks_per_chunk
+                   for g in self.groups)
+
+    def kvreach_group(self, group_idx: int) -> GroupConfig:
+        """The kvreach GroupConfig this setup implies for an SWA group."""
+        g = self.groups[group_idx]
+        assert g.kind == "swa"
+        a = self.alignment_tokens()
+        return GroupConfig(
+            block_size=g.block_size, window=g.window + g.extra_retained_tokens,
+            alignment_tokens=a, blocks_per_chunk=self.blocks_per_chunk,
+            dcp_world_size=self.dcp_world_size, eagle=g.eagle,
+            retention_interval=self.retention_interval if a is not None else None,
+        )
+
+    def swa_groups(self) -> list[int]:
+        return [i for i, g in enumerate(self.groups) if g.kind == "swa"]
+
+
+# ---------------------------------------------------------------------------
+# Runner
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecord:
+    index: int
+    scheduled: dict[str, int]
+    finished: tuple[str, ...]
+    stores: list[tuple[str, int, int]] = field(default_factory=list)
+    # (req_id, group_sizes, block_indices, src block ids) of every store job
+    jobs: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=list
+    )
+    # kvreach only: (group_idx, StoreWindow, chunks vLLM's null-block filter drops)
+    windows: list[tuple[int, Any, frozenset[int]]] = field(default_factory=list)
+
+    def window_chunks(self, group_idx: int) -> list[int]:
+        return sorted(c for gi, w, _ in self.windows if gi == group_idx for c in w.chunks)
+
+    def null_dropped(self, group_idx: int) -> set[int]:
+        return {c for gi, _, d in self.windows if gi == group_idx for c in d}
+
+    def chunks(self, group_idx: int, req_id: str | None = None) -> list[int]:
+        return [c for r, g, c in self.stores
+                if g == group_idx and (req_id is None or r == req_id)]
+
+
+class SchedulerRun:
+    """One real vLLM scheduler with an offloading connector (``kvreach`` or
+    ``stock``), fed fake model outputs one step at a time."""
+
+    def __init__(self, setup: Setup, which: str, model_dir: str,
+                 extra_config: dict[str, Any] | None = None, record: bool = True) -> None:
+        """record=False (benchmarks): no per-step store recording and no spy."""
+        self.setup, self.which, self.record = setup, which, record
+        extra: dict[str, Any] = {
+            "spec_name": "RecordingOffloadingSpec",
+            "spec_module_path": HARNESS_MODULE,
+            "offload_prompt_only": setup.offload_prompt_only,
+            "blocks_per_chunk": setup.blocks_per_chunk,
+            **dict(setup.extra),
+            **(extra_config or {}),
+        }
+        self.vllm_config = self._vllm_config(setup, model_dir, connector_config(which, extra))
+        self.kv_cache_config = self._kv_cache_config(setup)
+        sched_block, hash_block = resolve_kv_cache_block_sizes(
+            self.kv_cache_config, self.vllm_config
+        )
+        cls = AsyncScheduler if setup.async_scheduling else Scheduler
+        self.scheduler = cls(
+            vllm_config=self.vllm_config,
+            kv_cache_config=self.kv_cache_config,
+            log_stats=True,
+            structured_output_manager=StructuredOutputManager(self.vllm_config),
+            block_size=sched_block,
+            hash_block_size=hash_block,
+        )
+        self.connector = self.scheduler.connector
+        assert self.connector is not None
+        self.offload = self.connector.connector_scheduler
+        init_none_hash(sha256)
+        self._hasher = get_request_block_hasher(hash_block, sha256)
+        self.requests: dict[str, Request] = {}
+        self.steps: list[StepRecord] = []
+        self.connector_stats: list[Any] = []
+        self._pending: tuple[Any, ModelRunnerOutput] | None = None
+        self._current: StepRecord | None = None
+        self.manager = self.offload.manager
+        if record:
+            self.manager.prepare_store.side_effect = self._prepare_store
+
+    # -- construction -------------------------------------------------------
+    @staticmethod
+    def _vllm_config(setup: Setup, model_dir: str, ktc: KVTransferConfig) -> VllmConfig:
+        model_config = ModelConfig(model=model_dir, dtype="float16", seed=0,
+                                   skip_tokenizer_init=True,
+                                   max_model_len=setup.max_model_len)
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=setup.max_num_seqs,
+            max_num_batched_tokens=setup.budget,
+            max_model_len=setup.max_model_len,
+            enable_chunked_prefill=True,
+            is_encoder_decoder=False,
+            disable_hybrid_kv_cache_manager=False,
+            async_scheduling=setup.async_scheduling,
+        )
+        cache_config = CacheConfig(
+            block_size=min(g.block_size for g in setup.groups),
+            enable_prefix_caching=True,
+            prefix_cache_retention_interval=setup.retention_interval,
+        )
+        kwargs: dict[str, Any] = {}
+        if setup.dcp_world_size > 1:
+            world = setup.dcp_world_size
+            with patch.object(current_platform, "device_count", return_value=world):
+                kwargs["parallel_config"] = ParallelConfig(
+                    tensor_parallel_size=world,
+                    decode_context_parallel_size=setup.dcp_world_size,
+                )
+        cfg = VllmConfig(
+            model_config=model_config,
+            scheduler_config=scheduler_config,
+            cache_config=cache_config,
+            kv_transfer_config=ktc,
+            kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
+            device_config=DeviceConfig("cpu"),
+            **kwargs,
+        )
+        cfg.cache_config.num_gpu_blocks = setup.num_gpu_blocks
+        return cfg
+
+    @staticmethod
+    def _kv_cache_config(setup: Setup) -> KVCacheConfig:
+        groups = [
+            KVCacheGroupSpec([f"layer{i}"], g.spec(), is_eagle_group=g.eagle)
+            for i, g in enumerate(setup.groups)
+        ]
+        stride = max(gr.kv_cache_spec.page_size_bytes for gr in groups)
+        tensors = [
+            KVCacheTensor(
+                size=stride * setup.num_gpu_blocks,
+                layers=list(gr.layer_names),
+                layer_stride=gr.kv_cache_spec.page_size_bytes * setup.num_gpu_blocks,
+                block_stride=gr.kv_cache_spec.page_size_bytes,
+            )
+            for gr in groups
+        ]
+        return KVCacheConfig(num_blocks=setup.num_gpu_blocks,
+                             kv_cache_tensors=tensors, kv_cache_groups=groups)
+
+    # -- recording ----------------------------------------------------------
+    def _prepare_store(self, keys, req_context):
+        status = self.offload._req_status[req_context.req_id]
+        where: dict[OffloadKey, tuple[int, int]] = {}
+        for gc, gs in zip(self.offload.config.kv_group_configs, status.group_states):
+            for chunk, key in enumerate(gs.offload_keys):
+                where[key] = (gc.group_idx, chunk)
+        assert self._current is not None
+        self._current.stores.extend((req_context.req_id, *where[k]) for k in keys)
+        return PrepareStoreOutput(keys_to_store=list(keys), store_spec=_KeysSpec(keys),
+                                  evicted_keys=[])
+
+    # -- driving ------------------------------------------------------------
+    def add_request(self, req_id: str, prompt_tokens: int, max_tokens: int = 1,
+                    kv_transfer_params: dict | None = None, seed: int = 0) -> Request:
+        base = 1000 + 37 * seed
+        token_ids = [(base + 13 * i) % 30000 + 100 for i in range(prompt_tokens)]
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        req = Request(request_id=req_id, prompt_token_ids=token_ids,
+                      sampling_params=params, pooling_params=None,
+                      block_hasher=self._hasher)
+        if kv_transfer_params is not None:
+            req.kv_transfer_params = kv_transfer_params
+        self.scheduler.add_request(req)
+        self.requests[req_id] = req
+        return req
+
+    def abort(self, req_id: str) -> None:
+        self.scheduler.finish_requests((req_id,), RequestStatus.FINISHED_ABORTED)
+
+    def _spy_store_window(self):
+        """Record kvreach's ``store_window`` decisions of this step (kvreach
+        connector only), with the chunks vLLM's null-block filter drops."""
+        from kvreach.impl import rules
+
+        real = rules.store_window
+        rec = self._current
+
+        def spy(rule, g, req, cursor, num_chunks, finished):
+            w = real(rule, g, req, cursor, num_chunks, finished)
+            states = [st for st in self.offload._req_status.values() if st.req is not None]
+            # group index: the k-th call of a request-step is its k-th SWA group
+            gi = [i for i, kg in enumerate(self.offload._kvreach_groups) if kg is not None]
+            idx = gi[len(rec.windows) % len(gi)]
+            bpc = g.blocks_per_chunk
+            dropped = set()
+            if len(states) == 1:
+                ids = states[0].group_states[idx].block_ids
+                for c in w.chunks:
+                    blocks = ids[c * bpc:(c + 1) * bpc]
+                    off = (c - w.start_chunk) * bpc
+                    if blocks[-1] == 0 or any(
+                        b == 0 and (w.block_mask is None or w.block_mask[off + i])
+                        for i, b in enumerate(blocks)
+                    ):
+                        dropped.add(c)
+            rec.windows.append((idx, w, frozenset(dropped)))
+            return w
+
+        return patch.object(rules, "store_window", spy)
+
+    def step(self) -> StepRecord:
+        rec = StepRecord(len(self.steps) + 1, {}, ())
+        self._current = rec
+        spy = (self._spy_store_window() if self.which == KVREACH and self.record
+               else contextlib.nullcontext())
+        with spy:
+            out = self.scheduler.schedule()
+        rec.scheduled = dict(out.num_scheduled_tokens)
+        rec.finished = tuple(sorted(out.finished_req_ids or ()))
+        meta = out.kv_connector_metadata
+        assert isinstance(meta, OffloadingConnectorMetadata)
+        for job in meta.store_jobs.values():
+            src = job.src_spec
+            rec.jobs.append((job.req_id, tuple(src.group_sizes), tuple(src.block_indices),
+                             tuple(int(b) for b in src.block_ids)))
+        sampling = [r for r in out.num_scheduled_tokens
+                    if not self.scheduler.requests[r].is_prefill_chunk]
+        done = OffloadingWorkerMetadata()
+        for jid in (*meta.store_jobs, *meta.load_jobs):
+            done.mark_completed(jid)
+        ids = list(out.num_scheduled_tokens)
+        mro = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[[SAMPLED_TOKEN] if r in sampling else [] for r in ids],
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=None,
+            kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=done),
+        )
+        if self.setup.async_scheduling:
+            if self._pending is not None:
+                self._update(*self._pending)
+            self._pending = (out, mro)
+        else:
+            self._update(out, mro)
+        self.steps.append(rec)
+        self._current = None
+        return rec
+
+    def _update(self, out, mro) -> None:
+        engine_outputs = self.scheduler.update_from_output(out, mro)
+        for eo in engine_outputs.values():
+            stats = eo.scheduler_stats
+            if stats is not None and stats.kv_connector_stats:
+                self.connector_stats.append(stats.kv_connector_stats)
+
+    def counter_total(self, name: str) -> float:
+        """Sum of a counter over the connector stats the scheduler reported."""
+        total = 0
+        for st in self.connector_stats:
+            data = st if isinstance(st, dict) else st.data
+            total += sum(data.get("data", {}).get(name, {}).values())
+        return total
+
+    def flush(self) -> None:
+        """Apply the in-flight output (async scheduling)."""
+        if self._pending is not None:
+            self._update(*self._pending)
+            self._pending = None
+
+    def busy(self) -> bool:
+        return bool(self.scheduler.requests or self.scheduler.finished_req_ids
+                    or self.offload._jobs or self._pending)
+
+    def run_to_completion(self, max_steps: int = 10_000) -> None:
+        for _ in range(max_steps):
+            if not self.busy():
+                return
+            if not self.scheduler.requests and not self.scheduler.finished_req_ids:
+                self.flush()
+                if not self.busy():
+                    return
+            self.step()
+        raise AssertionError("lifecycle did not finish")
+
+    # -- results --------------------------------------------------------------
+    def stored(self, group_idx: int, req_id: str | None = None) -> list[int]:
+        return sorted(c for s in self.steps for c in s.chunks(group_idx, req_id))
+
+    def per_step(self, group_idx: int, req_id: str | None = None) -> list[list[int]]:
+        return [sorted(s.chunks(group_idx, req_id)) for s in self.steps]
+
+
+def drive(run: SchedulerRun, req_id: str, prompt_tokens: int, *, decode: int = 0,
+          abort_after_step: int | None = None,
+          kv_transfer_params: dict | None = None) -> SchedulerRun:
+    """One request: chunked prefill, ``decode`` decode steps and a normal
+    finish (``max_tokens = decode + 1``), or an abort once ``abort_after_step``
+    steps are scheduled (after that step's output is processed, as vLLM's own
+    test aborts; with async scheduling the last output is still in flight)."""
+    run.add_request(req_id, prompt_tokens, max_tokens=decode + 1,
+                    kv_transfer_params=kv_transfer_params)
+    if abort_after_step is None:
+        run.run_to_completion()
+        return run
+    for _ in range(abort_after_step):
+        run.step()
+    run.abort(req_id)
+    run.run_to_completion()
+    return run
+
+
+# ---------------------------------------------------------------------------
+# Scheduler-class level (DCP): vLLM's KVCacheManager refuses a DCP-sharded
+# SWA group (HybridKVCacheCoordinator: "DCP with hybrid KV cache layouts only
+# supports full-attention, Mamba, and replicated draft groups"), so DCP > 1 is
+# driven at the OffloadingConnectorScheduler level, like vLLM's
+# test_dcp_abort_reconsiders_final_swa_tail: synthetic SchedulerOutputs, a
+# mocked Request, the whole block table handed over in the first step.
+# ---------------------------------------------------------------------------
+
+
+def class_level_vllm_config(setup: Setup, which: str) -> Any:
+    from vllm.config import ParallelConfig as _PC
+
+    cfg = MagicMock()
+    cfg.cache_config.block_size = min(g.block_size for g in setup.groups)
+    cfg.cache_config.enable_prefix_caching = True
+    cfg.cache_config.prefix_match_unit = None
+    cfg.cache_config.cache_dtype = torch.float32
+    cfg.cache_config.prefix_cache_retention_interval = setup.retention_interval
+    cfg.model_config.use_mla = False
+    cfg.model_config.max_model_len = setup.max_model_len
+    world = max(1, setup.dcp_world_size)
+    with patch.object(current_platform, "device_count", return_value=world, create=True):
+        cfg.parallel_config = _PC(tensor_parallel_size=world,
+                                  decode_context_parallel_size=setup.dcp_world_size)
+    cfg.speculative_config = None
+    cfg.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+    cfg.use_v2_model_runner = True
+    extra = {"spec_name": "RecordingOffloadingSpec", "spec_module_path": HARNESS_MODULE,
+             "offload_prompt_only": setup.offload_prompt_only,
+             "blocks_per_chunk": setup.blocks_per_chunk, **dict(setup.extra)}
+    if which == KVREACH:
+        extra["kvreach.check_contracts"] = "raise"
+    cfg.kv_transfer_config = connector_config(which, extra)
+    cfg.kv_transfer_config.engine_id = "class-level"
+    return cfg
+
+
+class ClassLevelRun:
+    """``OffloadingConnectorScheduler`` (stock or kvreach) driven directly."""
+
+    def __init__(self, setup: Setup, which: str) -> None:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
+            build_offloading_config,
+        )
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+            OffloadingConnectorScheduler,
+        )
+
+        from kvreach.impl.vllm_connector import KvReachOffloadingConnectorScheduler
+
+        self.setup = setup
+        self.vllm_config = class_level_vllm_config(setup, which)
+        self.kv_cache_config = KVCacheConfig(
+            num_blocks=0, kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], g.spec(), is_eagle_group=g.eagle)
+                             for i, g in enumerate(setup.groups)],
+        )
+        spec = RecordingOffloadingSpec(build_offloading_config(self.vllm_config,
+                                                               self.kv_cache_config))
+        cls = KvReachOffloadingConnectorScheduler if which == KVREACH else OffloadingConnectorScheduler
+        self.offload = cls(spec, self.vllm_config, self.kv_cache_config)
+        self.offload.manager.prepare_store.side_effect = self._prepare_store
+        self.steps: list[StepRecord] = []
+        self._current: StepRecord | None = None
+
+    _prepare_store = SchedulerRun._prepare_store
+    stored = SchedulerRun.stored
+    per_step = SchedulerRun.per_step
+
+    def _step(self, out) -> None:
+        rec = StepRecord(len(self.steps) + 1, dict(out.num_scheduled_tokens),
+                         tuple(sorted(out.finished_req_ids or ())))
+        self._current = rec
+        meta = self.offload.build_connector_meta(out)
+        for job in meta.store_jobs.values():
+            src = job.src_spec
+            rec.jobs.append((job.req_id, tuple(src.group_sizes), tuple(src.block_indices),
+                             tuple(int(b) for b in src.block_ids)))
+        # every job completes at once (one worker)
+        done = OffloadingWorkerMetadata()
+        for jid in meta.store_jobs:
+            done.mark_completed(jid)
+        self.offload.update_connector_output(KVConnectorOutput(kv_connector_worker_meta=done))
+        self.steps.append(rec)
+        self._current = None
+
+    def drive(self, req_id: str, prompt_tokens: int, prefill_steps: list[int],
+              abort: bool) -> None:
+        from vllm.v1.core.kv_cache_utils import BlockHash
+        from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+
+        s = self.setup
+        dcp = s.dcp_world_size
+        hash_block = math.gcd(*(g.block_size * dcp for g in s.groups))
+        req = MagicMock()
+        req.request_id = req_id
+        req.kv_transfer_params = None
+        req.num_prompt_tokens = prompt_tokens
+        req.num_tokens = prompt_tokens
+        req.num_computed_tokens = 0
+        req.block_hashes = [BlockHash(f"{req_id}-h{i}".encode())
+                            for i in range(prompt_tokens // hash_block)]
+        req.all_token_ids = list(range(prompt_tokens))
+        req.lora_request = None
+        req.shared_prefix_boundary = 0
+        req.status = RequestStatus.RUNNING
+        req.is_finished.return_value = False
+        self.offload.on_new_request(req)
+        next_id = iter(range(1, 1 << 30))
+        block_ids = tuple(
+            [next(next_id) for _ in range(-(-prompt_tokens // (g.block_size * dcp)))]
+            for g in s.groups
+        )
+        computed = 0
+        for i, n in enumerate(prefill_steps):
+            out = SchedulerOutput.make_empty()
+            if i == 0:
+                out.scheduled_new_reqs = [NewRequestData(
+                    req_id=req_id, prompt_token_ids=[], mm_features=[],
+                    sampling_params=None, pooling_params=None, block_ids=block_ids,
+                    num_computed_tokens=0, lora_request=None)]
+            out.num_scheduled_tokens = {req_id: n}
+            out.total_num_scheduled_tokens = n
+            req.num_computed_tokens = computed
+            self._step(out)
+            computed += n
+        req.num_computed_tokens = computed
+        if abort:
+            req.status = RequestStatus.FINISHED_ABORTED
+        else:
+            assert computed == prompt_tokens
+            req.num_tokens = prompt_tokens + 1
+            req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        req.is_finished.return_value = True
+        out = SchedulerOutput.make_empty()
+        out.finished_req_ids = {req_id}
+        self._step(out)

@@ -1,0 +1,174 @@
+"""Loading through kv_connector_module_path, kvreach.* options, and the
+contract-violation paths (log: one warning line, counted, stock fallback;
+raise: KvReachContractViolation)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
+
+from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
+
+from kvreach.impl import contracts, rules  # noqa: E402
+from kvreach.impl.vllm_connector import (  # noqa: E402
+    CONTRACT_VIOLATIONS_METRIC,
+    KvReachContractViolation,
+    KvReachOffloadingConnector,
+    KvReachOffloadingConnectorScheduler,
+    KvReachOptions,
+)
+
+pytestmark = pytest.mark.vllm
+
+PR = Setup((full(36), swa(4, 16)), budget=1000)
+
+
+def test_vllm_loads_the_connector_through_module_path(offline_model_dir):
+    run = SchedulerRun(PR, KVREACH, offline_model_dir)
+    ktc = run.vllm_config.kv_transfer_config
+    assert ktc.kv_connector == "KvReachOffloadingConnector"
+    assert ktc.kv_connector_module_path == "kvreach.impl.vllm_connector"
+    assert KVConnectorFactory.get_connector_class(ktc) is KvReachOffloadingConnector
+    assert type(run.connector) is KvReachOffloadingConnector
+    assert type(run.offload) is KvReachOffloadingConnectorScheduler
+    assert run.offload.kvreach_options == KvReachOptions("vllm-0.33", None)
+    stock = SchedulerRun(PR, STOCK, offline_model_dir)
+    assert not isinstance(stock.offload, KvReachOffloadingConnectorScheduler)
+
+
+@pytest.mark.parametrize(
+    "extra,option,value",
+    [
+        ({"kvreach.rule": "vllm-0.31"}, "kvreach.rule", "vllm-0.31"),
+        ({"kvreach.check_contracts": "yes"}, "kvreach.check_contracts", "yes"),
+        ({"kvreach.colour": "blue"}, "kvreach.colour", "blue"),
+    ],
+)
+def test_bad_option_fails_at_startup(offline_model_dir, extra, option, value):
+    with pytest.raises(ValueError) as err:
+        SchedulerRun(PR, KVREACH, offline_model_dir, extra)
+    msg = str(err.value)
+    assert option in msg and repr(value) in msg and "expected" in msg
+
+
+def test_options_parse():
+    assert KvReachOptions.from_extra_config({"kvreach.rule": "vllm-0.29",
+                                             "kvreach.check_contracts": "log",
+                                             "offload_prompt_only": False}) == \
+        KvReachOptions("vllm-0.29", "log")
+    assert KvReachOptions.from_extra_config(None) == KvReachOptions()
+
+
+def test_rule_029_reproduces_the_pre_fix_stores(offline_model_dir):
+    """With kvreach.rule=vllm-0.29 the intermediate 1000-token frontier is
+    treated as final: 246 and 247 are stored too (the PR's regression)."""
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.rule": "vllm-0.29"}),
+                "r", 1200)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+    extra = sorted(set(run.stored(1)) - set(stock.stored(1)))
+    assert {246, 247} <= set(extra)
+    assert run.stored(0) == stock.stored(0)  # full attention keeps vLLM's path
+
+
+@dataclasses.dataclass(frozen=True)
+class _BrokenWindow(rules.StoreWindow):
+    """A faulty rule: moves the cursor one chunk too far."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "next_cursor", self.next_cursor + 1)
+
+
+def test_log_mode_warns_counts_and_falls_back(offline_model_dir, monkeypatch, caplog):
+    monkeypatch.setattr(rules, "StoreWindow", _BrokenWindow)
+    caplog.set_level(logging.WARNING, logger="kvreach.impl.vllm_connector")
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
+                             {"kvreach.check_contracts": "log"}), "r", 1200)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+    assert contracts.mode() == "log"
+    # every request-step fell back to stock vLLM's decision
+    assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
+    n = run.offload.kvreach_contract_violations
+    assert n == 3  # two prefill steps and the finish
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("kvreach contract violation:")]
+    assert len(lines) == n
+    for line in lines:
+        assert "\n" not in line
+        assert "function=store_window" in line and "rule=vllm-0.33" in line
+        assert "req=r" in line and "group=1" in line
+    # the counter rides on the connector stats the scheduler reports
+    assert run.counter_total(CONTRACT_VIOLATIONS_METRIC) == n
+
+
+def test_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
+    monkeypatch.setattr(rules, "StoreWindow", _BrokenWindow)
+    run = SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.check_contracts": "raise"})
+    run.add_request("r", 1200)
+    with pytest.raises(KvReachContractViolation) as err:
+        run.step()
+    assert isinstance(err.value, RuntimeError)
+    assert str(err.value).startswith("kvreach contract violation: function=store_window")
+
+
+def test_off_mode_runs_no_contract(offline_model_dir, monkeypatch):
+    monkeypatch.setattr(rules, "StoreWindow", _BrokenWindow)
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
+                             {"kvreach.check_contracts": "off"}), "r", 1200)
+    assert run.offload.kvreach_contract_violations == 0
+    assert run.stored(1)  # the broken cursor is not used by the connector
+
+
+def test_shared_prefix_junction_under_retention_falls_back(offline_model_dir):
+    setup = dataclasses.replace(PR, retention_interval=72, budget=300)
+    runs = {}
+    for w in (KVREACH, STOCK):
+        r = SchedulerRun(setup, w, offline_model_dir)
+        req = r.add_request("r", 1000)
+        r.step()  # the scheduler sets the junction when it admits the request
+        req.shared_prefix_boundary = 400
+        r.run_to_completion()
+        runs[w] = r
+    assert runs[KVREACH].offload.kvreach_unmodeled_fallbacks > 0
+    assert [s.stores for s in runs[KVREACH].steps] == [s.stores for s in runs[STOCK].steps]
+
+
+def test_prometheus_counter_is_registered():
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+        _MetricType,
+        _StatsKey,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+
+    class Fake:
+        def __init__(self, **kw):
+            self.kw, self.incs = kw, []
+
+        def labels(self, *values):
+            return self
+
+        def inc(self, v):
+            self.incs.append(v)
+
+        observe = set = inc
+
+    class Cfg:
+        class kv_transfer_config:  # noqa: N801
+            kv_connector_extra_config = {"spec_name": "CPUOffloadingSpec"}
+
+    from prometheus_client import Counter, Gauge, Histogram
+
+    prom = KvReachOffloadingConnector.build_prom_metrics(
+        Cfg(), {Counter: Fake, Gauge: Fake, Histogram: Fake}, ["engine"], {0: ["0"]}
+    )
+    assert isinstance(prom, type(OffloadingConnector.build_prom_metrics(
+        Cfg(), {Counter: Fake, Gauge: Fake, Histogram: Fake}, ["engine"], {0: ["0"]})))
+    prom.observe({_StatsKey.TYPES: {CONTRACT_VIOLATIONS_METRIC: _MetricType.COUNTER},
+                  _StatsKey.DATA: {CONTRACT_VIOLATIONS_METRIC: {(): 2}}})
+    assert prom._offloading_metric_defs[CONTRACT_VIOLATIONS_METRIC].incs == [2]
