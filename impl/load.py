@@ -41,6 +41,8 @@ def requested_chunks(g: GroupConfig, boundary: int) -> range:
     lo = max(0, boundary - (g.window - 1))
     hi = boundary + (g.block_tokens if g.eagle else 0)
     c = g.chunk_tokens
+    if lo >= hi:  # window 1 and no EAGLE block: the hit reads nothing
+        return range(0)
     return range(lo // c, -(-hi // c))
 
 

@@ -216,8 +216,8 @@ def reachable_block_mask(
     """``SlidingWindowManager.reachable_block_mask`` (vLLM 0.33.0), same
     argument meaning; ``None`` means dense (store every block).
 
-    Tails are filled as intervals (one slice per segment) instead of testing
-    every block, so the cost is O(number of segments) Python operations.
+    Tails are built by repeating one segment's pattern with list operations
+    instead of testing every block in Python.
     """
     if g.dense:
         return None
@@ -231,12 +231,13 @@ def reachable_block_mask(
             mask[lo - start_block : hi - start_block] = [True] * (hi - lo)
 
     if ps is not None:
-        # Tail of segment k: blocks [shift + (k+1)*ps - need, shift + (k+1)*ps).
-        k0 = max(0, (start_block - shift) // ps)
-        k = k0
-        while shift + k * ps + ps - need < end_block:
-            fill(shift + k * ps + ps - need, shift + (k + 1) * ps)
-            k += 1
+        # Segment-boundary tails repeat with period ps: one segment's pattern
+        # (ps - need misses, need hits), rotated to start_block and repeated.
+        pattern = [False] * (ps - need) + [True] * need
+        offset = (start_block - shift) % ps
+        mask = (pattern * ((offset + n) // ps + 1))[offset : offset + n]
+        for i in range(min(n, max(0, shift - start_block))):
+            mask[i] = False  # blocks before the EAGLE shift are in no tail
         F = final_segment_end_block
         if F is not None and not g.eagle and F % ps:
             fill(max(F - F % ps, F - need), F)

@@ -23,7 +23,8 @@ from kvreach.proofs.mutants import MUTANTS
 from kvreach.proofs.obligations import (
     OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lifecycle_step_query,
 )
-from kvreach.spec.config import SymConfig
+from kvreach.spec.config import R_NONE, R_ZERO, SymConfig
+from kvreach.spec.lifecycle import K_FINISH
 
 TIMEOUT_MS = 15_000
 BMC_DEPTHS = (1, 2, 3)
@@ -92,10 +93,46 @@ def _solve(assertions: list, timeout_ms: int = TIMEOUT_MS):
     return r, (s.model() if r == z3.sat else None)
 
 
-def _static(q: Query):
+def _splits(ctx: Ctx) -> list:
+    """Case splits tried, in order, when Z3 answers ``unknown`` on a query:
+    the nonlinear integer queries are decided far more often per case. A
+    split only partitions the query; every leaf must be unsat for a proof."""
+    s = ctx.s
+    kind, cur = z3.Int("kind_t"), z3.Int("cursor_pre")
+    return [
+        kind == K_FINISH, s.eagle, s.rmode == R_NONE, s.rmode == R_ZERO, s.has_align,
+        s.dense, s.prompt_only, ctx.L % s.seg == 0, ctx.c < cur, s.has_max,
+        s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0,
+    ]
+
+
+def _solve_split(assertions: list, splits: list, deadline: float, node_ms: int = 8_000):
+    """-> (z3.sat|z3.unsat|z3.unknown, model). Depth-first case splitting."""
+    left_ms = int((deadline - time.perf_counter()) * 1000)
+    if left_ms <= 0:
+        return z3.unknown, None
+    r, m = _solve(assertions, min(node_ms, left_ms))
+    if r != z3.unknown or not splits:
+        return r, m
+    head, rest = splits[0], splits[1:]
+    for case in (head, z3.Not(head)):
+        r, m = _solve_split(assertions + [case], rest, deadline, node_ms)
+        if r != z3.unsat:
+            return r, m
+    return z3.unsat, None
+
+
+ROW_BUDGET_S = 150.0
+
+
+def _decide(q: Query, ctx: Ctx):
+    return _solve_split(q.premise + [q.violation], _splits(ctx), time.perf_counter() + ROW_BUDGET_S)
+
+
+def _static(q: Query, ctx: Ctx):
     """-> ('unsat'|'sat'|'unknown', model, vacuity_ok)"""
     rv, _ = _solve(q.premise)
-    r, m = _solve(q.premise + [q.violation])
+    r, m = _decide(q, ctx)
     return str(r), m, rv == z3.sat
 
 
@@ -146,7 +183,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     detail = ""
     cex = None
     if ob.kind == "static":
-        results = [_static(q) for q in ob.queries(_ctx(rule, model))]
+        sctx = _ctx(rule, model)
+        results = [_static(q, sctx) for q in ob.queries(sctx)]
         non_vacuous = all(v for _, _, v in results)
         verdicts = [r for r, _, _ in results]
         if "sat" in verdicts:
@@ -163,9 +201,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         q = lifecycle_step_query(ob, ctx)
         rv, _ = _solve(q.premise)
         non_vacuous = rv == z3.sat
-        r, _ = _solve(q.premise + [q.violation])
+        r, _ = _decide(q, ctx)
         if name == "invariant":
-            rb, _ = _solve(invariant_base_query(ctx).premise + [invariant_base_query(ctx).violation])
+            bq = invariant_base_query(ctx)
+            rb, _ = _decide(bq, ctx)
             r = z3.sat if rb == z3.sat else r
         if r == z3.unsat:
             verdict = "proved"

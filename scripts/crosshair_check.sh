@@ -14,7 +14,7 @@
 # "No counterexample" is a bounded search, not a proof (see docs/conformance.md).
 set -u
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-/work/scratch/venv/bin/python}
+PY=${PYTHON:-python3}
 T_IMPL=${T_IMPL:-10}
 T_HARNESS=${T_HARNESS:-30}
 RUN="$PY tests/conformance/run_crosshair.py --"

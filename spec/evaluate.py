@@ -1,0 +1,229 @@
+"""Evaluate the spec's Z3 encoding at concrete values (tests only).
+
+One mechanism, used for every spec answer the conformance tests compare with
+``kvreach.impl``: pin the symbolic configuration to a concrete one
+(``SymConfig.well_formed() & SymConfig.equals(g, r)``, plus any side
+constraints a term needs, e.g. 0.29's ``ceil(W / chunk)`` witness) and ask two
+independent questions of Z3, which must agree:
+
+1. **solver**: under the pins, is ``term`` satisfiable, is ``not term``
+   satisfiable? Exactly one must be (the pins determine the value; a term whose
+   value the pins leave open is an :class:`EvalError`). For an integer term:
+   take its value ``v`` in a model and check that ``term != v`` is unsat.
+2. **substitution**: replace every free constant of the term by its value in
+   a model of the pins and ``z3.simplify``; the result must be the literal the
+   solver gave.
+
+An existential (e.g. ``load.needed``, whose hit boundary ``L`` is free) is
+evaluated by :meth:`Evaluator.exists`: true iff the pins and the term are
+satisfiable (cross-checked by substituting the model, witness included); when
+false, the substitution check runs over a caller-given candidate range of the
+witness.
+
+The spec's scope: ``alignment_tokens % B != 0`` and ``window == 1`` are outside
+it (``SymConfig.equals`` raises / the pins are unsat, an :class:`EvalError`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import z3
+
+from kvreach.params import GroupConfig, RequestConfig
+from kvreach.spec import load, mask
+from kvreach.spec.config import SymConfig
+from kvreach.spec.rules import RULES, storable_chunks
+
+
+class EvalError(AssertionError):
+    """The pins are unsatisfiable, a value is not determined, the solver gave
+    up, or solver and substitution disagree."""
+
+
+def _consts(*terms: z3.ExprRef) -> list[z3.ExprRef]:
+    """Uninterpreted constants (free symbols) occurring in ``terms``."""
+    seen: dict[int, z3.ExprRef] = {}
+    done: set[int] = set()
+    todo = list(terms)
+    while todo:
+        t = todo.pop()
+        if t.get_id() in done:
+            continue
+        done.add(t.get_id())
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            seen[t.get_id()] = t
+        else:
+            todo.extend(t.children())
+    return list(seen.values())
+
+
+class Evaluator:
+    """The spec at one concrete configuration. Reuse one instance for many
+    terms: the pins are asserted once in an incremental solver."""
+
+    def __init__(self, g: GroupConfig, r: RequestConfig, timeout_ms: int = 10_000):
+        self.g, self.r = g, r
+        self.s = SymConfig.fresh("ev_")
+        if g.window < 2:
+            raise EvalError("window 1 is outside the symbolic scope (well_formed: W >= 2)")
+        try:
+            pins = z3.And(self.s.well_formed(), self.s.equals(g, r))
+        except ValueError as e:  # alignment_tokens % B != 0
+            raise EvalError(str(e)) from e
+        self.solver = z3.Solver()
+        self.solver.set("timeout", timeout_ms)
+        self.solver.add(pins)
+        self._pins = pins
+        if self.solver.check() != z3.sat:
+            raise EvalError(f"pins unsatisfiable for {g}, {r}")
+
+    # --- the mechanism ---------------------------------------------------
+    def _check(self, extra: list) -> z3.ModelRef | None:
+        self.solver.push()
+        try:
+            self.solver.add(*extra)
+            res = self.solver.check()
+            if res == z3.unknown:
+                raise EvalError(f"solver unknown: {self.solver.reason_unknown()}")
+            return self.solver.model() if res == z3.sat else None
+        finally:
+            self.solver.pop()
+
+    @staticmethod
+    def _substitute(m: z3.ModelRef, term: z3.ExprRef, fixed=()) -> z3.ExprRef:
+        pairs = dict((x.get_id(), (x, v)) for x, v in fixed)
+        for x in _consts(term):
+            if x.get_id() not in pairs:
+                pairs[x.get_id()] = (x, m.eval(x, model_completion=True))
+        return z3.simplify(z3.substitute(term, *pairs.values()) if pairs else term)
+
+    def value(self, term, side: Iterable = ()) -> bool | int:
+        """The value of a Boolean or integer ``term`` under the pins and
+        ``side``; both checks must agree and the value must be determined."""
+        term = term if isinstance(term, z3.ExprRef) else z3.simplify(z3.IntVal(term))
+        side = list(side)
+        if z3.is_bool(term):
+            m_t = self._check(side + [term])
+            m_f = self._check(side + [z3.Not(term)])
+            if m_t is None and m_f is None:
+                raise EvalError("pins and side constraints are unsatisfiable")
+            if m_t is not None and m_f is not None:
+                raise EvalError(f"value not determined by the pins: {term}")
+            v, m = (True, m_t) if m_t is not None else (False, m_f)
+            simp = self._substitute(m, term)
+            if not (z3.is_true(simp) if v else z3.is_false(simp)):
+                raise EvalError(f"substitution gives {simp}, solver {v}")
+            return v
+        m = self._check(side)
+        if m is None:
+            raise EvalError("pins and side constraints are unsatisfiable")
+        v = m.eval(term, model_completion=True)
+        if not z3.is_int_value(v):
+            raise EvalError(f"no integer value: {v}")
+        if self._check(side + [term != v]) is not None:
+            raise EvalError(f"value not determined by the pins: {term}")
+        simp = self._substitute(m, term)
+        if not (z3.is_int_value(simp) and simp.as_long() == v.as_long()):
+            raise EvalError(f"substitution gives {simp}, solver {v}")
+        return v.as_long()
+
+    def exists(self, term, var: z3.ArithRef, candidates: Iterable[int], side: Iterable = ()) -> bool:
+        """Is there a value of ``var`` making ``term`` true? Solver check over
+        all integers; the substitution check uses the model's witness (true)
+        or every value of ``candidates`` (false)."""
+        side = list(side)
+        m = self._check(side + [term])
+        if m is not None:
+            if not z3.is_true(self._substitute(m, term)):
+                raise EvalError("substitution of the solver's witness is not true")
+            return True
+        m0 = self._check(side)
+        if m0 is None:
+            raise EvalError("pins and side constraints are unsatisfiable")
+        for k in candidates:
+            if not z3.is_false(self._substitute(m0, term, [(var, z3.IntVal(k))])):
+                raise EvalError(f"solver: no witness; substitution: {var} = {k} is one")
+        return False
+
+    # --- spec terms at concrete arguments ---------------------------------
+    @property
+    def dense(self) -> bool:
+        return self.value(self.s.dense)
+
+    def block_reachable(self, i: int, final_block: int | None) -> bool:
+        """``spec.mask.block_reachable(s, i, F)`` (F in blocks or None)."""
+        return self.value(mask.block_reachable(self.s, i, final_block))
+
+    def chunk_reachable(self, c: int, final_block: int | None) -> bool:
+        """``spec.mask.chunk_reachable(s, c, F)`` (F in blocks or None)."""
+        return self.value(mask.chunk_reachable(self.s, c, final_block))
+
+    def wanted(self, model: str, c: int, H: int) -> bool:
+        return self.value(load.wanted(self.s, model, c, H))
+
+    def needed(self, model: str, c: int, H: int) -> bool:
+        """Exists a boundary ``L`` with ``spec.load.needed``. Candidates for
+        the substitution check: a servable hit requests blocks below
+        ``H * bpc`` only, so ``0 <= L <= H * bpc``; a margin of one chunk on
+        each side is added."""
+        L = z3.Int("ev_boundary_block")
+        bpc = self.g.blocks_per_chunk
+        return self.exists(
+            load.needed(self.s, model, c, L, H), L, range(-bpc, (H + 1) * bpc + 1)
+        )
+
+    def store_step(self, rule: str, cursor: int, n: int, finished: bool, c: int):
+        """``RULES[rule](s, cursor, n, finished, c, aux)`` and its side
+        constraints (0.29 pins its ``wc`` witness there)."""
+        aux = {"wc": z3.Int("ev_wc")}
+        return RULES[rule](self.s, z3.IntVal(cursor), z3.IntVal(n), z3.BoolVal(finished),
+                           z3.IntVal(c), aux)
+
+    def submitted(self, rule: str, cursor: int, n: int, finished: bool, c: int) -> bool:
+        st = self.store_step(rule, cursor, n, finished, c)
+        return self.value(st.submitted, [st.side])
+
+    def next_cursor(self, rule: str, cursor: int, n: int, finished: bool) -> int:
+        st = self.store_step(rule, cursor, n, finished, 0)
+        return self.value(st.next_cursor, [st.side])
+
+    def storable_chunks(self, rule: str, tokens_after: int, num_tokens: int, finished: bool) -> int:
+        """``spec.rules.storable_chunks`` of ``s.offloadable(tokens, num_tokens)``."""
+        off = self.s.offloadable(z3.IntVal(tokens_after), z3.IntVal(num_tokens))
+        return self.value(storable_chunks(self.s, rule, off, z3.BoolVal(finished)))
+
+    def transition(self, rule: str, pre_f: int, cursor: int, kind: str, sched: int,
+                   budget: int) -> "StepEval":
+        """One ``spec.lifecycle.transition`` from the running state
+        (``f = pre_f``, ``cursor``, tracked chunk not stored) with the step's
+        ``kind`` and scheduled tokens pinned (the pins must admit the step)."""
+        return StepEval(self, rule, pre_f, cursor, kind, sched, budget)
+
+
+class StepEval:
+    """Values of one pinned ``spec.lifecycle.transition``: ``tokens_after``,
+    ``n``, ``finished``, post ``cursor`` and ``f`` (attributes), and
+    ``submitted(c)`` for a tracked chunk ``c``."""
+
+    def __init__(self, ev: Evaluator, rule, pre_f, cursor, kind, sched, budget):
+        from kvreach.spec import lifecycle as lc
+
+        self.ev = ev
+        pre, post = lc.State.fresh("ev_pre"), lc.State.fresh("ev_post")
+        self.c = z3.Int("ev_tracked_chunk")
+        tr = lc.transition(ev.s, rule, pre, post, self.c, z3.IntVal(budget), "ev")
+        self.tr = tr
+        self.side = [
+            tr.constraints, pre.f == pre_f, pre.cursor == cursor,
+            z3.Not(pre.stored), z3.Not(pre.ended),
+            tr.kind == lc.KINDS.index(kind), tr.sched == sched, self.c == 0,
+        ]
+        self.tokens_after = ev.value(tr.tokens_after, self.side)
+        self.n = ev.value(tr.n, self.side)
+        self.finished = ev.value(tr.finished, self.side)
+        self.cursor = ev.value(post.cursor, self.side)
+        self.f = ev.value(post.f, self.side)
+
+    def submitted(self, c: int) -> bool:
+        return self.ev.value(self.tr.submitted, self.side[:-1] + [self.c == c])

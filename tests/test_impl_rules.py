@@ -1,0 +1,201 @@
+"""Unit tests of the executable model (``kvreach.impl``) on the numbers of
+PR #54362's worked example (measured on vLLM 0.33.0, see the domain brief),
+the dense fallbacks of ``reachable_block_mask`` and the parameter errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvreach.impl import load as iload
+from kvreach.impl.lifecycle import Lifecycle, run
+from kvreach.impl.rules import (
+    block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_window,
+)
+from kvreach.params import (
+    GroupConfig, ParamError, RequestConfig, check_load_model, check_rule,
+)
+
+# PR #54362: full-attention block 36 (alignment 36), SWA block 4, window 16,
+# one block per chunk, a 1200-token prompt, a 1000-token budget.
+PR = GroupConfig(block_size=4, window=16, alignment_tokens=36)
+PR_EAGLE = GroupConfig(block_size=4, window=16, alignment_tokens=36, eagle=True)
+PR_REQ = RequestConfig(prompt_tokens=1200)
+PR_LC = Lifecycle(budget=1000)
+
+
+def _set(mask, start):
+    return {start + i for i, keep in enumerate(mask) if keep}
+
+
+def _tails(k_max: int) -> set[int]:
+    return {9 * k + j for k in range(k_max + 1) for j in range(5, 9)}
+
+
+# ---------------------------------------------------------------------------
+# reachable_block_mask
+# ---------------------------------------------------------------------------
+
+
+def test_pr_group_derived_quantities():
+    assert (PR.block_tokens, PR.need, PR.per_segment, PR.dense) == (4, 4, 9, False)
+    assert (PR_EAGLE.need, PR_EAGLE.shift, PR_EAGLE.final_alignment_blocks) == (5, 1, None)
+    assert PR.final_alignment_blocks == 9
+
+
+@pytest.mark.parametrize("final_end,expected", [(300, {248, 249}), (250, {246, 247, 248, 249})])
+def test_pr_mask_final_end(final_end, expected):
+    mask = reachable_block_mask(243, 250, PR, 1200, final_segment_end_block=final_end)
+    assert _set(mask, 243) == expected
+    assert {i for i in range(243, 250) if block_reachable(i, PR, 1200, final_end)} == expected
+
+
+@pytest.mark.parametrize("final_end", [None, 250, 300])
+def test_pr_mask_eagle(final_end):
+    mask = reachable_block_mask(243, 250, PR_EAGLE, 1200, final_segment_end_block=final_end)
+    assert _set(mask, 243) == {243, 248, 249}
+
+
+def test_pr_mask_without_final_end_is_aligned_tails_only():
+    assert _set(reachable_block_mask(0, 27, PR, 1200), 0) == _tails(2)
+
+
+def test_chunk_reachable_any_block_of_chunk():
+    g = GroupConfig(block_size=4, window=16, alignment_tokens=36, blocks_per_chunk=2)
+    # Tails are blocks 5..8 and 14..17: chunks 2 (blocks 4,5), 3 (6,7), 4 (8,9),
+    # 7 (14,15), 8 (16,17); chunks 5 (10,11) and 6 (12,13) hold none.
+    assert [c for c in range(9) if chunk_reachable(c, g, 1200, None)] == [2, 3, 4, 7, 8]
+
+
+@pytest.mark.parametrize(
+    "g",
+    [
+        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=None), id="no-alignment"),
+        pytest.param(GroupConfig(block_size=8, window=16, alignment_tokens=36), id="36%8!=0"),
+        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=36, dcp_world_size=2),
+                     id="36%(4*dcp2)!=0"),
+        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=16), id="need4>=ps4"),
+        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=20, eagle=True),
+                     id="eagle-need5>=ps5"),
+        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=8),
+                     id="retention-ps2"),
+    ],
+)
+def test_dense_fallbacks(g):
+    assert g.dense
+    assert reachable_block_mask(0, 50, g, 1200, final_segment_end_block=50) is None
+    assert all(chunk_reachable(c, g, 1200, 50) for c in range(50))
+    w = store_window("vllm-0.33", g, PR_REQ, 0, 50, False)
+    assert w.block_mask is None and w.chunks == tuple(range(50))
+
+
+def test_not_dense_just_below_threshold():
+    g = GroupConfig(block_size=4, window=16, alignment_tokens=20)  # need 4 < ps 5
+    assert not g.dense
+    assert _set(reachable_block_mask(0, 10, g, 100), 0) == {1, 2, 3, 4, 6, 7, 8, 9}
+
+
+def test_retention_zero_keeps_only_replay_tail():
+    # R = 0: no segment tails; the replay boundary 1199 aligns down to 1188
+    # (block 297), whose need-block tail is 293..296.
+    g = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=0)
+    assert not g.dense
+    assert _set(reachable_block_mask(0, 300, g, 1200, None), 0) == {293, 294, 295, 296}
+
+
+# ---------------------------------------------------------------------------
+# the store horizon (PR #54362)
+# ---------------------------------------------------------------------------
+
+
+def test_store_horizon():
+    assert store_horizon_chunks(PR, False, 250, 300) == 300  # prefill: prompt horizon
+    assert store_horizon_chunks(PR, True, 250, 300) == 250  # finished: current
+    assert store_horizon_chunks(PR, False, 301, 300) is None  # decode past prompt
+    assert store_horizon_chunks(PR_EAGLE, False, 250, 300) is None
+    g_r = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=36)
+    assert store_horizon_chunks(g_r, True, 250, 300) is None
+
+
+# ---------------------------------------------------------------------------
+# lifecycle: the PR's measured sets
+# ---------------------------------------------------------------------------
+
+COMPLETED = _tails(31) | set(range(293, 300))
+ABORTED = _tails(26) | {246, 247, 248, 249}
+
+
+def test_pr_completed_prompt_033():
+    t = run("vllm-0.33", PR, PR_REQ, PR_LC)
+    assert [s.num_chunks for s in t.steps] == [250, 300, 300]
+    assert len(t.stored) == 135 == len(set(t.stored))
+    assert set(t.stored) == COMPLETED
+    assert t.final_chunks == 300
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_pr_aborted_after_first_step_033(async_scheduling):
+    lc = Lifecycle(budget=1000, abort_after_step=1, async_scheduling=async_scheduling)
+    t = run("vllm-0.33", PR, PR_REQ, lc)
+    assert [s.kind for s in t.steps] == ["prefill", "abort"]
+    assert len(t.stored) == 112 == len(set(t.stored))
+    assert set(t.stored) == ABORTED
+    # The abort reconsiders the final tail once: 246, 247 (248, 249 were
+    # stored under the prompt horizon in step 1).
+    assert t.steps[-1].submitted == (246, 247)
+    assert t.steps[-1].in_flight is async_scheduling
+
+
+def test_pr_completed_prompt_029_adds_intermediate_tail():
+    t = run("vllm-0.29", PR, PR_REQ, PR_LC)
+    assert set(t.stored) == COMPLETED | {246, 247}
+    assert len(t.stored) == 137
+    assert {246, 247} <= set(t.steps[0].submitted)  # stored at the 1000-token frontier
+
+
+def test_pr_loadable_sets():
+    t = run("vllm-0.33", PR, PR_REQ, PR_LC)
+    assert t.loadable("intended") == COMPLETED
+    assert t.needed("intended") == COMPLETED
+    assert t.loadable("aligned") == _tails(32)  # no boundary at 300
+    assert iload.needed_chunks("aligned", PR, PR_REQ, 300) == _tails(31) | {293, 294, 295, 296}
+
+
+# ---------------------------------------------------------------------------
+# parameter errors
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make,param,value,expected",
+    [
+        (lambda: GroupConfig(block_size=0, window=16, alignment_tokens=36),
+         "block_size", 0, "an integer >= 1"),
+        (lambda: GroupConfig(block_size=4, window=0, alignment_tokens=36),
+         "window", 0, "an integer >= 1"),
+        (lambda: GroupConfig(block_size=4, window=16, alignment_tokens=36, blocks_per_chunk=2,
+                             retention_interval=12),
+         "retention_interval", 12, "a multiple of the SWA chunk size (8 tokens)"),
+        (lambda: GroupConfig(block_size=4, window=16, alignment_tokens=None, retention_interval=8),
+         "retention_interval", 8, "None when there is no alignment (alignment_tokens is None)"),
+        (lambda: GroupConfig(block_size=True, window=16, alignment_tokens=36),
+         "block_size", True, "an integer >= 1"),
+        (lambda: RequestConfig(prompt_tokens=-5), "prompt_tokens", -5, "an integer >= 1"),
+        (lambda: RequestConfig(prompt_tokens=10, max_offload_tokens=-1),
+         "max_offload_tokens", -1, "an integer >= 0"),
+        (lambda: check_rule("vllm-0.30"), "rule", "vllm-0.30", "one of vllm-0.29, vllm-0.33"),
+        (lambda: run("vllm-0.30", PR, PR_REQ, PR_LC), "rule", "vllm-0.30",
+         "one of vllm-0.29, vllm-0.33"),
+        (lambda: check_load_model("exact"), "load_model", "exact", "one of aligned, intended"),
+        (lambda: iload.wanted_chunks("exact", PR, PR_REQ, 10), "load_model", "exact",
+         "one of aligned, intended"),
+        (lambda: Lifecycle(budget=0), "budget", 0, "an integer >= 1"),
+        (lambda: run("vllm-0.33", PR, PR_REQ, Lifecycle(budget=1000, abort_after_step=9)),
+         "abort_after_step", 9, "at most the number of scheduled steps (2)"),
+    ],
+)
+def test_param_errors(make, param, value, expected):
+    with pytest.raises(ParamError) as ei:
+        make()
+    e = ei.value
+    assert (e.param, e.value, e.expected) == (param, value, expected)
+    assert str(e) == f"{param}={value!r}: expected {expected}"
