@@ -10,8 +10,11 @@ and its mutant (must be rejected).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 import tomllib
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -258,7 +261,8 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     return _mutant_cache[name]
 
 
-def run(obligation=None, rule=None, model=None, progress=None) -> list[Row]:
+def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None):
+    """Yield one Row per (obligation, rule, load model), invariants first."""
     if obligation is not None and obligation not in OBLIGATIONS:
         from kvreach.params import ParamError
 
@@ -280,9 +284,20 @@ def run(obligation=None, rule=None, model=None, progress=None) -> list[Row]:
             if progress:
                 progress(row)
             yield row
-    for name, r, m in todo:
-        row = run_row(name, r, m, invariant_ok)
-        row.expected = table.get((name, r, m), "?")
-        if progress:
-            progress(row)
-        yield row
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    if jobs == 1:
+        results = (run_row(name, r, m, invariant_ok) for name, r, m in todo)
+    else:
+        # Rows are independent: one solver process per core.
+        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        futures = [pool.submit(run_row, name, r, m, invariant_ok) for name, r, m in todo]
+        results = (f.result() for f in futures)
+    try:
+        for row in results:
+            row.expected = table.get((row.obligation, row.rule, row.load_model), "?")
+            if progress:
+                progress(row)
+            yield row
+    finally:
+        if jobs > 1:
+            pool.shutdown(cancel_futures=True)
