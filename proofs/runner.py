@@ -32,11 +32,11 @@ from kvreach.spec.lifecycle import K_FINISH
 TIMEOUT_MS = 15_000
 BMC_DEPTHS = (1, 2, 3)
 SCOPE_SYMBOLIC = (
-    "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 1, "
+    "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 2, "
     "blocks_per_chunk >= 1, alignment (none or A = psA*B), retention (None, 0, "
     "R = k*chunk), eagle, prompt_tokens >= 1, max_offload_tokens, "
-    "offload_prompt_only, budget >= 1, chunk index; excluded: alignment_tokens % B != 0 "
-    "(vLLM's dense fallback), null blocks, prepare_store refusals, preemption"
+    "offload_prompt_only, budget >= 1, step sizes, chunk index; excluded: alignment_tokens % B != 0 "
+    "(vLLM's dense fallback), window 1, null blocks, prepare_store refusals, preemption"
 )
 
 
