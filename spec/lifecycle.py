@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvreach.spec.config import SymConfig, _max
+from kvreach.spec.config import R_NONE, SymConfig, _max
 from kvreach.spec.rules import RULES, finish_tokens, storable_chunks
 
 KINDS = ("prefill", "decode", "finish", "abort")
@@ -128,6 +128,8 @@ def invariant(s: SymConfig, rule: str, st: State, c) -> z3.BoolRef:
     )
     if rule == "vllm-0.33":
         return z3.And(base, st.stored == z3.And(
-            c >= 0, c < st.cursor, mask.chunk_reachable(s, c, s.prompt_horizon * s.bpc),
+            c >= 0, c < st.cursor, mask.chunk_reachable(
+                s, c, z3.If(z3.Or(s.eagle, s.rmode != R_NONE), -1, s.prompt_horizon * s.bpc)
+            ),
         ))
     return z3.And(base, z3.Implies(st.stored, c < st.cursor))

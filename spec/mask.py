@@ -33,12 +33,13 @@ def final_tail_bounds(s: SymConfig, F):
 
 def in_final_tail(s: SymConfig, i, F) -> z3.BoolRef:
     """Final-segment tail formula (non-EAGLE, ``F % per_segment != 0``,
-    alignment segments only, i.e. no retention interval)."""
+    whenever segments exist). ``_build_store_jobs`` passes no final end with a
+    retention interval or for EAGLE groups (``store_horizon_chunks``)."""
     if F is None:
         return z3.BoolVal(False)
     lo, hi = final_tail_bounds(s, F)
     return z3.And(
-        z3.Not(s.eagle), s.rmode == R_NONE, F % s.seg != 0, lo <= i, i < hi,
+        z3.Not(s.eagle), s.has_segments, F % s.seg != 0, lo <= i, i < hi,
     )
 
 
@@ -82,7 +83,7 @@ def chunk_reachable(s: SymConfig, c, F=None) -> z3.BoolRef:
     if F is not None:
         lo, hi = final_tail_bounds(s, F)
         parts.append(z3.And(
-            z3.Not(s.eagle), s.rmode == R_NONE, F % s.seg != 0,
+            z3.Not(s.eagle), s.has_segments, F % s.seg != 0,
             _interval_meets_chunk(s, c, lo, hi),
         ))
     end = s.replay_end_block()

@@ -9,15 +9,9 @@ re-implemented here. Configurations outside the spec's symbolic scope
 Sized for CI: the whole module runs in well under 90 s. ``KVREACH_EQ_SCALE=k``
 multiplies every test's example count by ``k`` (a deeper search off CI).
 
-Known disagreement (spec vs vLLM 0.33.0 and impl, which agree):
-``spec.mask.block_reachable`` / ``chunk_reachable`` drop the final-segment
-tail when a retention interval > 0 is set (``in_final_tail`` requires
-``rmode == R_NONE``), while ``SlidingWindowManager.reachable_block_mask``
-applies it with ``per_segment = retention_interval // B``. The store rules
-never hand a final end to the mask with a retention interval
-(``store_horizon_chunks = None``), so rule-level answers agree; the mask tests
-below skip the final end in that case and
-``test_final_tail_with_retention_interval`` pins the difference.
+The final-segment tail with a retention interval > 0 (``per_segment =
+retention_interval // B``) was once dropped by the spec; vLLM 0.33.0 and impl
+keep it. ``test_final_tail_with_retention_interval`` pins the fixed case.
 """
 
 from __future__ import annotations
@@ -93,8 +87,6 @@ def test_block_mask_equals_spec(cfg, data):
     ev = Evaluator(g, r)
     assert ev.dense == g.dense
     F = data.draw(st.one_of(st.none(), st.integers(0, 120)), label="final_block")
-    if g.retention_interval:
-        F = None  # known disagreement, see test_final_tail_with_retention_interval
     lo = max(0, _anchor(data.draw, g, r, F) - data.draw(st.integers(0, 12), label="back"))
     hi = lo + data.draw(st.integers(0, 30), label="span")
     got = irules.reachable_block_mask(lo, hi, g, r.prompt_tokens, F)
@@ -116,8 +108,6 @@ def test_chunk_mask_equals_spec(cfg, data):
     g, r = cfg
     ev = Evaluator(g, r)
     F = data.draw(st.one_of(st.none(), st.integers(0, 60)), label="final_chunk")
-    if g.retention_interval:
-        F = None  # known disagreement, see test_final_tail_with_retention_interval
     anchor = _anchor(data.draw, g, r, None if F is None else F * g.blocks_per_chunk)
     lo = max(0, anchor // g.blocks_per_chunk - data.draw(st.integers(0, 8), label="back"))
     for c in range(lo, lo + data.draw(st.integers(1, 20), label="span")):
@@ -243,12 +233,6 @@ def test_evaluator_refuses_out_of_scope():
         Evaluator(GroupConfig(block_size=4, window=1, alignment_tokens=36), r)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec.mask.in_final_tail requires rmode == R_NONE; vLLM 0.33.0 "
-    "reachable_block_mask (and impl) keep the final-segment tail with "
-    "retention_interval > 0 (per_segment = R // B)",
-)
 def test_final_tail_with_retention_interval():
     # PR group with retention 72 tokens (18 blocks per segment), final end 250:
     # the final partial segment 234..249 keeps [max(234, 250 - 4), 250).
