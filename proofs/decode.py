@@ -9,21 +9,20 @@ import z3
 
 from kvreach.impl.lifecycle import Lifecycle, Trace, run
 from kvreach.spec.config import R_NONE, to_concrete
-from kvreach.spec.lifecycle import K_ABORT, K_DECODE, K_PREFILL, KINDS
+from kvreach.spec.lifecycle import K_PREFILL, KINDS
 
 PR_EXAMPLE = dict(block_size=4, window=16, alignment_tokens=36, prompt_tokens=1200, budget=1000)
 
 
-def pr_example_pins(ctx, trs=None) -> list:
+def pr_example_pins(ctx) -> list:
     """PR #54362's worked example: full-attention block 36 (alignment 36),
     SWA block 4, window 16, 1200-token prompt, 1000-token budget, prefill
     chunks as the scheduler cuts them (min(budget, remaining))."""
     s = ctx.s
-    pins = [
+    return [
         s.B == 4, s.W == 16, s.has_align, s.A == 36, s.bpc == 1, z3.Not(s.eagle),
         s.rmode == R_NONE, s.P == 1200, s.prompt_only, z3.Not(s.has_max), ctx.budget == 1000,
     ]
-    return pins
 
 
 def scheduler_cut(ctx, sts, trs) -> list:
@@ -112,5 +111,3 @@ def decode_static(m, ctx) -> dict:
         "boundary_block": _v(m, ctx.L),
     }
 
-
-_ = (K_ABORT, K_DECODE)
