@@ -38,7 +38,7 @@ def main() -> None:
             cells.append(f"{time.perf_counter() - t:6.2f}s {str(r)[:5]:5s}")
         ctx = runner._ctx(rule, model)
         t = time.perf_counter()
-        r, _ = runner._decide(lifecycle_step_query(ob, ctx), ctx)
+        r, _ = runner._decide(lifecycle_step_query(ob, ctx), ctx, True)
         print(f"{name:24s} {rule:10s} {model:9s} " + " ".join(cells) + f"  {time.perf_counter() - t:6.2f}s {r}")
     _ = z3
 

@@ -10,6 +10,7 @@ and its mutant (must be rejected).
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import time
@@ -96,20 +97,36 @@ def _solve(assertions: list, timeout_ms: int = TIMEOUT_MS):
     return r, (s.model() if r == z3.sat else None)
 
 
-def _splits(ctx: Ctx) -> list:
-    """Case splits tried, in order, when Z3 answers ``unknown`` on a query:
-    the nonlinear integer queries are decided far more often per case. A
-    split only partitions the query; every leaf must be unsat for a proof."""
+def _cube(ctx: Ctx, lifecycle: bool) -> list[list]:
+    """The case split made up front when the whole query is not decided
+    quickly: every combination of the step kind (finish or not; lifecycle
+    queries only), EAGLE or not, and the retention mode (None / 0 / > 0).
+    Each dimension's cases are exhaustive and disjoint whatever the other
+    constraints say, so the leaves partition the query."""
     s = ctx.s
-    kind, cur = z3.Int("kind_t"), z3.Int("cursor_pre")
-    return [
-        kind == K_FINISH, s.eagle, s.rmode == R_NONE, s.rmode == R_ZERO, s.has_align,
-        s.dense, s.prompt_only, ctx.L % s.seg == 0, ctx.c < cur, s.has_max,
-        s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0,
+    dims = [
+        [s.eagle, z3.Not(s.eagle)],
+        [s.rmode == R_NONE, s.rmode == R_ZERO, z3.And(s.rmode != R_NONE, s.rmode != R_ZERO)],
     ]
+    if lifecycle:
+        kind = z3.Int("kind_t")
+        dims.insert(0, [kind == K_FINISH, kind != K_FINISH])
+    return [list(case) for case in itertools.product(*dims)]
 
 
-NODE_MS, LEAF_MS = 2_000, 30_000
+def _splits(ctx: Ctx, lifecycle: bool) -> list:
+    """Further case splits tried, in order, inside a cube leaf when Z3
+    answers ``unknown`` on it: the nonlinear integer queries are decided far
+    more often per case. A split only partitions the query; every leaf must
+    be unsat for a proof."""
+    s = ctx.s
+    out = [s.has_align, s.dense, s.prompt_only, ctx.L % s.seg == 0]
+    if lifecycle:
+        out.append(ctx.c < z3.Int("cursor_pre"))
+    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0]
+
+
+ROOT_MS, NODE_MS, LEAF_MS = 500, 2_000, 30_000
 
 
 def _solve_split(assertions: list, splits: list, deadline: float):
@@ -130,28 +147,45 @@ def _solve_split(assertions: list, splits: list, deadline: float):
     return z3.unsat, None
 
 
+def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, deadline: float):
+    """-> (z3.sat|z3.unsat|z3.unknown, model): a short try of the whole query,
+    then every leaf of :func:`_cube` (with :func:`_splits` below it). unsat
+    only if every leaf is unsat; the first sat leaf's model otherwise."""
+    r, m = _solve(assertions, ROOT_MS)
+    if r != z3.unknown:
+        return r, m
+    verdict = z3.unsat
+    for case in _cube(ctx, lifecycle):
+        r, m = _solve_split(assertions + case, _splits(ctx, lifecycle), deadline)
+        if r == z3.sat:
+            return r, m
+        if r == z3.unknown:
+            verdict = z3.unknown
+    return verdict, None
+
+
 ROW_BUDGET_S = 150.0
 # Rough seconds per row on this machine, for scheduling only.
 SLOW = {"completeness": 25, "load-witness": 20, "chunk-mask-closed-form": 17,
         "mask-equivalence": 8, "soundness": 6}
 
 
-def _decide(q: Query, ctx: Ctx):
-    return _solve_split(q.premise + [q.violation], _splits(ctx), time.perf_counter() + ROW_BUDGET_S)
+def _decide(q: Query, ctx: Ctx, lifecycle: bool):
+    return _solve_cases(q.premise + [q.violation], ctx, lifecycle, time.perf_counter() + ROW_BUDGET_S)
 
 
-def _non_vacuous(q: Query, ctx: Ctx, r) -> bool:
+def _non_vacuous(q: Query, ctx: Ctx, r, lifecycle: bool) -> bool:
     """The premises are satisfiable (a model of the violation shows it)."""
     if r == z3.sat:
         return True
-    rv, _ = _solve_split(q.premise, _splits(ctx), time.perf_counter() + 60)
+    rv, _ = _solve_cases(q.premise, ctx, lifecycle, time.perf_counter() + 60)
     return rv == z3.sat
 
 
 def _static(q: Query, ctx: Ctx):
     """-> ('unsat'|'sat'|'unknown', model, vacuity_ok)"""
-    r, m = _decide(q, ctx)
-    return str(r), m, _non_vacuous(q, ctx, r)
+    r, m = _decide(q, ctx, False)
+    return str(r), m, _non_vacuous(q, ctx, r, False)
 
 
 def rows_for(obligation: str | None, rule: str | None, model: str | None):
@@ -217,11 +251,11 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     else:
         ctx = _ctx(rule, model)
         q = lifecycle_step_query(ob, ctx)
-        r, _ = _decide(q, ctx)
-        non_vacuous = _non_vacuous(q, ctx, r)
+        r, _ = _decide(q, ctx, True)
+        non_vacuous = _non_vacuous(q, ctx, r, True)
         if name == "invariant":
             bq = invariant_base_query(ctx)
-            rb, _ = _decide(bq, ctx)
+            rb, _ = _decide(bq, ctx, True)
             r = z3.sat if rb == z3.sat else r
         if r == z3.unsat:
             verdict = "proved"
