@@ -355,12 +355,52 @@ def _prove_table(rows: list) -> Table:
     return table
 
 
+def _git_commit() -> str | None:
+    """HEAD of the checkout kvreach runs from (``-dirty`` with local changes to
+    tracked files), or None outside git."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _run_header(obligation, rule, load_model, total: float) -> dict:
+    """The ``run`` header of ``prove --json``: what ran, with which versions,
+    when (one field) and how long; every other field is reproducible."""
+    import platform
+    from datetime import datetime, timezone
+    from importlib import metadata
+
+    import z3
+
+    try:
+        version = metadata.version("kvreach")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        version = None
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "kvreach": version, "git_commit": _git_commit(),
+        "z3": z3.get_version_string(), "python": platform.python_version(),
+        "selection": {"obligation": obligation, "rule": rule, "load_model": load_model},
+        "seconds": round(total, 3),
+    }
+
+
 @app.command()
 def prove(
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
     obligation: Annotated[Optional[str], typer.Option("--obligation", help="one obligation")] = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="write rows as JSON")] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="write the run header and rows as JSON")] = None,
     junit_file: Annotated[Optional[Path], typer.Option("--junit", help="write JUnit XML")] = None,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
@@ -420,8 +460,9 @@ def prove(
 
     try:
         if json_file is not None:
-            json_file.write_text(
-                json.dumps([r.to_json() for r in rows], indent=2, default=str) + "\n")
+            doc = {"run": _run_header(obligation, rule, load_model, total),
+                   "rows": [r.to_json() for r in rows]}
+            json_file.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     except OSError as e:
         raise CliError("--json", json_file, f"a writable file ({e.strerror})") from None
     try:
