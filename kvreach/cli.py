@@ -417,6 +417,7 @@ def prove(
     order = [t for t in todo if t[0] == "invariant"] + [t for t in todo if t[0] != "invariant"]
     out, err = _out(), _err()
     rows = []
+    header = _run_header(obligation, rule, load_model, 0.0)  # the code and time it starts with
     t0 = time.perf_counter()
     from rich.progress import (
         BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
@@ -460,7 +461,7 @@ def prove(
 
     try:
         if json_file is not None:
-            doc = {"run": _run_header(obligation, rule, load_model, total),
+            doc = {"run": {**header, "seconds": round(total, 3)},
                    "rows": [r.to_json() for r in rows]}
             json_file.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     except OSError as e:
