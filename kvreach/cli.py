@@ -727,8 +727,9 @@ def catalog(
     if verdicts_only:
         diff = cat.verdict_differences(fresh, _read_results("--against", against))
         if diff:
-            _error_line(f"stale: {against} differs from {results} in {len(diff)} row(s): "
-                        + "; ".join(diff) + f"; re-run `{cat.REGENERATE}`")
+            _error_line(f"stale: {against}'s verdicts differ from {results}'s in {len(diff)} "
+                        "row(s) (committed -> fresh): " + "; ".join(diff)
+                        + f"; if the fresh run is right, run `{cat.REGENERATE}` and commit")
             raise typer.Exit(1)
         typer.echo(f"{against}: verdicts as in {results} ({len(fresh['rows'])} rows)")
         return
