@@ -305,10 +305,3 @@ def render(results: dict, findings_md: str = "") -> str:
             L += [f"A counterexample, decoded: `kvreach counterexample {name}{flags}`.", ""]
     return "\n".join(L).rstrip("\n") + "\n"
 
-
-def generate(results_path: Path, page_path: Path) -> str:
-    """The page for the run at ``results_path``, with the finding links of
-    the ``findings.md`` next to ``page_path`` (none if there is none)."""
-    findings = Path(page_path).parent / "findings.md"
-    text = findings.read_text() if findings.exists() else ""
-    return render(load_results(results_path), text)
