@@ -105,3 +105,13 @@ def chunk_reachable_off_by_one(s, c, F=None):
     ))
     full = mask.chunk_reachable(s, c, F)
     return z3.Or(s.dense, seg_hit, z3.And(z3.Not(mask.chunk_reachable(s, c, None)), full))
+
+
+# Static variant (MUTANTS' third field) -> the function that plants it; the
+# obligations select them by name, the proof catalog (docs/proofs.md) quotes
+# their docstrings.
+VARIANTS = {
+    "need-ceil-W": need_ceil_w,
+    "witness-early": wanted_early_witness,
+    "tail-off-by-one": chunk_reachable_off_by_one,
+}

@@ -207,7 +207,11 @@ def test_prove_single_static_obligation(tmp_path):
     js, ju = tmp_path / "rows.json", tmp_path / "rows.xml"
     r = invoke("prove", "--obligation", "load-window-blocks", "--json", str(js),
                "--junit", str(ju))
-    rows = json.loads(js.read_text())
+    doc = json.loads(js.read_text())
+    assert {"date", "kvreach", "git_commit", "z3", "python", "selection", "seconds"} <= set(doc["run"])
+    assert doc["run"]["selection"] == {"obligation": "load-window-blocks", "rule": None,
+                                       "load_model": None}
+    rows = doc["rows"]
     assert len(rows) == 1
     row = rows[0]
     assert {"obligation", "rule", "load_model", "verdict", "scope", "seconds",
@@ -231,7 +235,7 @@ def test_prove_lifecycle_obligation_for_one_rule(tmp_path):
     js, ju = tmp_path / "rows.json", tmp_path / "rows.xml"
     r = invoke("prove", "--obligation", "exactly-once", "--rule", "vllm-0.33",
                "--json", str(js), "--junit", str(ju))
-    rows = json.loads(js.read_text())
+    rows = json.loads(js.read_text())["rows"]
     assert [(x["obligation"], x["rule"], x["load_model"]) for x in rows] == [
         ("exactly-once", "vllm-0.33", "any")]
     assert rows[0]["verdict"] == "proved"
