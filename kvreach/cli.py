@@ -774,6 +774,11 @@ def counterexample(
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot_file: Annotated[Optional[Path], typer.Option(
+        "--plot", metavar="FILE",
+        help="also draw the counterexample's chunk map to FILE (.png or .svg; both are "
+             "written): the replayed lifecycle, or for mask-equivalence the mask at "
+             "the decoded final horizon against the loadable chunks")] = None,
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import runner
@@ -789,6 +794,12 @@ def counterexample(
     if ob.model_specific and load_model is None:
         raise CliError("--load-model", "(missing)",
                        f"one of {', '.join(LOAD_MODELS)} for '{obligation}'")
+    if plot_file is not None:
+        if ob.kind == "static" and obligation not in MAPPABLE_STATIC:
+            raise CliError("--plot", plot_file,
+                           "a lifecycle obligation or " + ", ".join(MAPPABLE_STATIC)
+                           + f" ('{obligation}' has no chunk map)")
+        _plot_paths("--plot", plot_file)
     r = rule if ob.rule_specific else "any"
     m = load_model if ob.model_specific else "any"
     concrete_rule = "vllm-0.33" if r == "any" else r
@@ -834,8 +845,41 @@ def counterexample(
             out.print("[green]proved: no counterexample exists[/]")
         elif cex is not None:
             _print_cex(out, cex, concrete_model, depth)
+    if plot_file is not None:
+        if verdict != "counterexample" or cex is None:
+            raise CliError("--plot", plot_file,
+                           f"a row with a counterexample to draw ('{obligation}' {r} {m}: {verdict})")
+        _plot_cex(plot_file, obligation, cex, concrete_rule, concrete_model, as_json)
     if verdict == "unknown" or (verdict == "counterexample" and detail):
         raise typer.Exit(1)
+
+
+# Static obligations whose counterexample is a chunk set at one horizon.
+MAPPABLE_STATIC = ("mask-equivalence",)
+
+
+def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
+              quiet: bool) -> None:
+    """Draw a counterexample: the replayed lifecycle, or a static one's mask at
+    its final horizon against the loadable chunks (a single row)."""
+    from kvreach import plot as kplot
+    from kvreach.proofs.decode import replay_mask
+
+    title = f"{obligation} counterexample: {rule}, load model {model}"
+    if cex.get("trace") is not None:
+        m = kplot.chunk_map(cex["trace"], title=title)
+        bad = cex.get("replayed_violation") or []
+    else:
+        kept, wanted = replay_mask(cex, rule, model)
+        m = kplot.mask_map(rule, model, cex["config"]["group"], kept, wanted,
+                           cex["final_horizon_chunks"], title=title)
+        bad = sorted(kept ^ wanted)
+    g, req = cex["config"]["group"], cex["config"]["request"]
+    sup = f"replayed violation chunks: {ranges(bad)}; tracked chunk {cex.get('chunk')}\n"
+    sup += _config_line(g, req, cex.get("lifecycle"))
+    png, svg = kplot.out_paths(out_file)
+    drawn = _draw("--plot", out_file, [m], sup)
+    _print_drawn(_err() if quiet else _out(), drawn, png, svg)
 
 
 def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:

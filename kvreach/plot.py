@@ -15,6 +15,7 @@ Agg canvas, without pyplot and without touching global state.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -298,7 +299,7 @@ def draw(maps: Sequence[ChunkMap], out: Path, suptitle: str | None = None) -> li
     from matplotlib.patches import Patch
 
     png, svg = out_paths(out)
-    heights = [len(m.rows) + 1.6 for m in maps]
+    heights = [max(len(m.rows), 2) + 1.6 for m in maps]
     with matplotlib.rc_context({"svg.hashsalt": HASH_SALT, "svg.fonttype": "path"}):
         fig = Figure(figsize=(13, 0.6 + 0.34 * sum(heights)), layout="constrained")
         FigureCanvasAgg(fig)
@@ -306,13 +307,14 @@ def draw(maps: Sequence[ChunkMap], out: Path, suptitle: str | None = None) -> li
                             gridspec_kw={"height_ratios": heights})[:, 0]
         for i, (ax, m) in enumerate(zip(axes, maps)):
             _draw_panel(ax, m, i)
-        axes[-1].set_xlabel("chunk index (frontier ticks: storable chunks at that step; "
-                            "grid: alignment segments)", fontsize=8)
+        axes[-1].set_xlabel("chunk index (black tick: the row's storable chunks, the final "
+                            "horizon in the last row; grid: segments)", fontsize=8)
         handles = [Patch(facecolor=c, label=lab) for c, _, lab in STYLE.values() if lab]
         fig.legend(handles=handles, loc="outside lower center", ncol=len(handles),
                    fontsize=8, frameon=False)
         if suptitle:
-            fig.suptitle(suptitle, fontsize=10)
+            lines = [textwrap.fill(x, 170) for x in suptitle.splitlines()]
+            fig.suptitle("\n".join(lines), fontsize=9)
         drawn = _read_back(fig, maps)
         fig.savefig(png, dpi=150, metadata={"Software": None})
         fig.savefig(svg, metadata={"Date": None, "Creator": None})
