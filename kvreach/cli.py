@@ -1,4 +1,5 @@
-"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach counterexample``.
+"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach plot``,
+``kvreach counterexample``.
 
 Last stage of the data flow (params -> rules -> lifecycle -> properties ->
 report). Bad input (``kvreach.params.ParamError`` or a click usage error) is
@@ -690,15 +691,13 @@ def _draw(flag: str, out: Path, maps: list, suptitle: str) -> list:
 
 
 def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
-    from kvreach.plot import WASTED, END_ROW, MISSED, panel_title
+    from kvreach.plot import MISSED, WASTED, panel_title
 
     for m in drawn:
-        end = m.rows[-1]
-        line = panel_title(m)
-        if end.label == END_ROW or len(m.rows) == 1:
-            line += (f"; drawn chunks {m.lo}-{m.hi - 1}: wasted {ranges(end.chunks(WASTED))}, "
-                     f"missed {ranges(end.chunks(MISSED))}")
-        console.print(line, markup=False, soft_wrap=True)
+        end = m.rows[-1]  # the end state (or a mask's single row)
+        console.print(f"{panel_title(m)}; drawn chunks {m.lo}-{m.hi - 1}: "
+                      f"wasted {ranges(end.chunks(WASTED))}, missed {ranges(end.chunks(MISSED))}",
+                      markup=False, soft_wrap=True)
     console.print(f"wrote {png} and {svg}", markup=False, soft_wrap=True)
 
 
