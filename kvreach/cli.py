@@ -1,4 +1,5 @@
-"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach counterexample``.
+"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach plot``,
+``kvreach counterexample``.
 
 Last stage of the data flow (params -> rules -> lifecycle -> properties ->
 report). Bad input (``kvreach.params.ParamError`` or a click usage error) is
@@ -9,14 +10,18 @@ so it holds under ``typer.testing.CliRunner`` as well as the console script.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sys
 import time
+import typing
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich import box
@@ -32,6 +37,9 @@ except ImportError:  # pragma: no cover
     from click.exceptions import Abort as _Abort
 
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
+
+if TYPE_CHECKING:
+    from kvreach.impl.lifecycle import Trace
 
 # ---------------------------------------------------------------------------
 # errors
@@ -476,90 +484,180 @@ def prove(
 
 
 # ---------------------------------------------------------------------------
+# scenario options: one definition, shared by simulate and plot
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One request's scenario as given on the command line (``simulate`` and
+    ``plot``); :func:`_run_scenario` validates it and drives the rule."""
+
+    swa_block_size: int
+    window: int
+    prompt: int
+    budget: int
+    full_block_size: int | None = None
+    blocks_per_chunk: int = 1
+    dcp: int = 1
+    eagle: bool = False
+    retention_interval: int | None = None
+    max_offload_tokens: int | None = None
+    offload_prompt_only: bool = True
+    abort_after_step: int | None = None
+    async_scheduling: bool = False
+    decode: int = 0
+    load_model: str = "intended"
+
+    def config(self, rule: str) -> dict:
+        """The ``config`` object of ``simulate --json`` (option names)."""
+        return {
+            "rule": rule, "load_model": self.load_model,
+            "full_block_size": self.full_block_size, "swa_block_size": self.swa_block_size,
+            "window": self.window, "blocks_per_chunk": self.blocks_per_chunk, "dcp": self.dcp,
+            "eagle": self.eagle, "retention_interval": self.retention_interval,
+            "prompt": self.prompt, "budget": self.budget,
+            "max_offload_tokens": self.max_offload_tokens,
+            "offload_prompt_only": self.offload_prompt_only, "decode": self.decode,
+            "abort_after_step": self.abort_after_step, "async": self.async_scheduling,
+        }
+
+
+_REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class _Opt:
+    """One scenario option: Scenario field, flag(s), type, default, help."""
+
+    name: str
+    flag: str
+    type: object
+    default: object = _REQUIRED
+    help: str | None = None
+
+    def parameter(self) -> inspect.Parameter:
+        ann = Annotated[self.type, typer.Option(self.flag, help=self.help)]  # type: ignore[valid-type]
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY,
+                                 annotation=ann, default=self.default)
+
+
+# The scenario options, in --help order.
+SCENARIO_OPTIONS: list[_Opt] = [
+    _Opt("swa_block_size", "--swa-block-size", int, help="SWA block_size (tokens)"),
+    _Opt("window", "--window", int, help="sliding window W (tokens)"),
+    _Opt("prompt", "--prompt", int, help="prompt tokens"),
+    _Opt("budget", "--budget", int, help="per-step token budget"),
+    _Opt("full_block_size", "--full-block-size", Optional[int], None,
+         "full-attention block_size; alignment = it * dcp * blocks_per_chunk "
+         "(omit: SWA-only, alignment = the SWA chunk)"),
+    _Opt("blocks_per_chunk", "--blocks-per-chunk", int, 1),
+    _Opt("dcp", "--dcp", int, 1, "decode context parallel world size"),
+    _Opt("eagle", "--eagle", bool, False, "EAGLE/MTP draft group"),
+    _Opt("retention_interval", "--retention-interval", Optional[int], None),
+    _Opt("max_offload_tokens", "--max-offload-tokens", Optional[int], None),
+    _Opt("offload_prompt_only", "--offload-prompt-only/--no-offload-prompt-only", bool, True),
+    _Opt("abort_after_step", "--abort-after-step", Optional[int], None,
+         "abort once K steps are scheduled"),
+    _Opt("async_scheduling", "--async", bool, False, "async scheduling"),
+    _Opt("decode", "--decode", int, 0, "decode steps after the prompt"),
+    _Opt("load_model", "--load-model", str, "intended", "one of " + ", ".join(LOAD_MODELS)),
+]
+
+
+def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
+    """Give command ``fn`` the scenario options of :data:`SCENARIO_OPTIONS`
+    after its own; ``fn`` receives them as one ``scenario: Scenario``."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
+        for p in inspect.signature(fn).parameters.values() if p.name != "scenario"
+    ]
+    shared = [o.parameter() for o in SCENARIO_OPTIONS]
+
+    @functools.wraps(fn)
+    def command(**kw: object) -> None:
+        scenario = Scenario(**{o.name: kw.pop(o.name) for o in SCENARIO_OPTIONS})
+        return fn(scenario=scenario, **kw)
+
+    # fn's positional parameters first (e.g. --rule), then the scenario, then
+    # fn's keyword-only ones (e.g. --json)
+    first = [p.name for p in inspect.signature(fn).parameters.values()
+             if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    params = ([p for p in own if p.name in first] + shared
+              + [p for p in own if p.name not in first])
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+def _run_scenario(rule: str, s: Scenario) -> Trace:
+    """Validate ``s`` (one-line errors naming the flag) and drive it through
+    the executable rule ``rule``."""
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.params import GroupConfig, RequestConfig
+
+    for flag, v, lo in [
+        ("--swa-block-size", s.swa_block_size, 1), ("--window", s.window, 1),
+        ("--prompt", s.prompt, 1), ("--budget", s.budget, 1),
+        ("--full-block-size", s.full_block_size, 1), ("--blocks-per-chunk", s.blocks_per_chunk, 1),
+        ("--dcp", s.dcp, 1), ("--retention-interval", s.retention_interval, 0),
+        ("--max-offload-tokens", s.max_offload_tokens, 0),
+        ("--abort-after-step", s.abort_after_step, 0), ("--decode", s.decode, 0),
+    ]:
+        _need_int(flag, v, lo)
+    unit = s.full_block_size if s.full_block_size is not None else s.swa_block_size
+    try:
+        g = GroupConfig(
+            block_size=s.swa_block_size, window=s.window,
+            alignment_tokens=unit * s.dcp * s.blocks_per_chunk,
+            blocks_per_chunk=s.blocks_per_chunk, dcp_world_size=s.dcp, eagle=s.eagle,
+            retention_interval=s.retention_interval,
+        )
+        req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
+        lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,
+                       async_scheduling=s.async_scheduling)
+        return run(rule, g, req, lc)
+    except ParamError as e:
+        raise _from_param_error(e) from None
+
+
+# ---------------------------------------------------------------------------
 # simulate
 # ---------------------------------------------------------------------------
 
 
 @app.command()
+@_scenario_command
 def simulate(
     rule: Annotated[str, typer.Option("--rule", help="one of " + ", ".join(RULES))],
-    swa_block_size: Annotated[int, typer.Option("--swa-block-size", help="SWA block_size (tokens)")],
-    window: Annotated[int, typer.Option("--window", help="sliding window W (tokens)")],
-    prompt: Annotated[int, typer.Option("--prompt", help="prompt tokens")],
-    budget: Annotated[int, typer.Option("--budget", help="per-step token budget")],
-    full_block_size: Annotated[Optional[int], typer.Option(
-        "--full-block-size",
-        help="full-attention block_size; alignment = it * dcp * blocks_per_chunk "
-             "(omit: SWA-only, alignment = the SWA chunk)")] = None,
-    blocks_per_chunk: Annotated[int, typer.Option("--blocks-per-chunk")] = 1,
-    dcp: Annotated[int, typer.Option("--dcp", help="decode context parallel world size")] = 1,
-    eagle: Annotated[bool, typer.Option("--eagle", help="EAGLE/MTP draft group")] = False,
-    retention_interval: Annotated[Optional[int], typer.Option("--retention-interval")] = None,
-    max_offload_tokens: Annotated[Optional[int], typer.Option("--max-offload-tokens")] = None,
-    offload_prompt_only: Annotated[bool, typer.Option(
-        "--offload-prompt-only/--no-offload-prompt-only")] = True,
-    abort_after_step: Annotated[Optional[int], typer.Option(
-        "--abort-after-step", help="abort once K steps are scheduled")] = None,
-    async_scheduling: Annotated[bool, typer.Option("--async", help="async scheduling")] = False,
-    decode: Annotated[int, typer.Option("--decode", help="decode steps after the prompt")] = 0,
-    load_model: Annotated[str, typer.Option(
-        "--load-model", help="one of " + ", ".join(LOAD_MODELS))] = "intended",
+    *,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    scenario: Scenario,
 ) -> None:
     """Drive one request through the executable store rule and show every step."""
-    from kvreach.impl.lifecycle import Lifecycle, run
-    from kvreach.params import GroupConfig, RequestConfig
-
+    s = scenario
     _check_choice("--rule", rule, check_rule)
-    _check_choice("--load-model", load_model, check_load_model)
-    for flag, v, lo in [
-        ("--swa-block-size", swa_block_size, 1), ("--window", window, 1),
-        ("--prompt", prompt, 1), ("--budget", budget, 1),
-        ("--full-block-size", full_block_size, 1), ("--blocks-per-chunk", blocks_per_chunk, 1),
-        ("--dcp", dcp, 1), ("--retention-interval", retention_interval, 0),
-        ("--max-offload-tokens", max_offload_tokens, 0),
-        ("--abort-after-step", abort_after_step, 0), ("--decode", decode, 0),
-    ]:
-        _need_int(flag, v, lo)
-    unit = full_block_size if full_block_size is not None else swa_block_size
-    alignment = unit * dcp * blocks_per_chunk
-    try:
-        g = GroupConfig(
-            block_size=swa_block_size, window=window, alignment_tokens=alignment,
-            blocks_per_chunk=blocks_per_chunk, dcp_world_size=dcp, eagle=eagle,
-            retention_interval=retention_interval,
-        )
-        req = RequestConfig(prompt, max_offload_tokens, offload_prompt_only)
-        lc = Lifecycle(budget=budget, decode=decode, abort_after_step=abort_after_step,
-                       async_scheduling=async_scheduling)
-        trace = run(rule, g, req, lc)
-    except ParamError as e:
-        raise _from_param_error(e) from None
+    _check_choice("--load-model", s.load_model, check_load_model)
+    trace = _run_scenario(rule, s)
+    load_model, g = s.load_model, trace.group
 
     loadable, needed = trace.loadable(load_model), trace.needed(load_model)
     stored = list(trace.stored)
     tj = trace.to_json(load_model)
     derived = {
-        "alignment_tokens": alignment, "block_tokens": g.block_tokens,
+        "alignment_tokens": g.alignment_tokens, "block_tokens": g.block_tokens,
         "chunk_tokens": g.chunk_tokens, "need": g.need, "per_segment": g.per_segment,
         "dense": g.dense, "final_alignment_blocks": g.final_alignment_blocks,
     }
     if as_json:
         steps = [
-            {"step": s["index"], **s, "not_loadable": [c for c in s["submitted"] if c not in loadable]}
-            for s in tj["steps"]
+            {"step": st["index"], **st,
+             "not_loadable": [c for c in st["submitted"] if c not in loadable]}
+            for st in tj["steps"]
         ]
         doc = {
-            "config": {
-                "rule": rule, "load_model": load_model, "full_block_size": full_block_size,
-                "swa_block_size": swa_block_size, "window": window,
-                "blocks_per_chunk": blocks_per_chunk, "dcp": dcp, "eagle": eagle,
-                "retention_interval": retention_interval, "prompt": prompt, "budget": budget,
-                "max_offload_tokens": max_offload_tokens,
-                "offload_prompt_only": offload_prompt_only, "decode": decode,
-                "abort_after_step": abort_after_step, "async": async_scheduling,
-                "derived": derived,
-            },
+            "config": s.config(rule) | {"derived": derived},
             "groups": {"swa": {
                 "steps": steps,
                 "stored": sorted(stored),
@@ -586,6 +684,127 @@ def simulate(
 
 
 # ---------------------------------------------------------------------------
+# plot
+# ---------------------------------------------------------------------------
+
+PLOT_EXTRA = "matplotlib: install the plot extra (pip install -e '.[plot]')"
+
+
+def _plot_paths(flag: str, out: Path) -> tuple[Path, Path]:
+    """Check an output option before any work: a .png or .svg name in an
+    existing directory, and matplotlib importable. -> (png, svg)."""
+    from kvreach import plot as kplot  # no matplotlib here
+
+    try:
+        png, svg = kplot.out_paths(out)
+    except ValueError:
+        raise CliError(flag, out, "a file name ending in .png or .svg (both are written)") from None
+    if not png.parent.is_dir():
+        raise CliError(flag, out, "a file in an existing directory")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CliError(flag, out, PLOT_EXTRA) from None
+    return png, svg
+
+
+def _chunk_range(value: str | None) -> tuple[int, int] | None:
+    """``--chunks LO:HI`` -> ``(LO, HI)``, chunks ``LO..HI-1``."""
+    if value is None:
+        return None
+    lo, sep, hi = value.partition(":")
+    try:
+        a, b = int(lo), int(hi)
+    except ValueError:
+        a = b = -1
+    if not sep or not 0 <= a < b:
+        raise CliError("--chunks", value, "LO:HI with 0 <= LO < HI (chunk indices, HI excluded)")
+    return a, b
+
+
+def _draw(flag: str, out: Path, maps: list, suptitle: str) -> list:
+    """Draw ``maps`` to ``out``'s PNG and SVG; -> the maps as drawn."""
+    from kvreach import plot as kplot
+
+    try:
+        return kplot.draw(maps, out, suptitle=suptitle)
+    except OSError as e:
+        raise CliError(flag, out, f"a writable file ({e.strerror})") from None
+
+
+def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
+    from kvreach.plot import MISSED, WASTED, panel_title
+
+    for m in drawn:
+        end = m.rows[-1]  # the end state (or a mask's single row)
+        console.print(f"{panel_title(m)}; drawn chunks {m.lo}-{m.hi - 1}: "
+                      f"wasted {ranges(end.chunks(WASTED))}, missed {ranges(end.chunks(MISSED))}",
+                      markup=False, soft_wrap=True)
+    console.print(f"wrote {png} and {svg}", markup=False, soft_wrap=True)
+
+
+def _scenario_flags(s: Scenario, rules: list[str]) -> str:
+    """The scenario as the options that reproduce it (defaults left out)."""
+    parts = [f"--rule {rules[0]}" if len(rules) == 1 else "--compare " + " ".join(rules)]
+    for o in SCENARIO_OPTIONS:
+        v = getattr(s, o.name)
+        if v == o.default:
+            continue
+        flags = o.flag.split("/")
+        if isinstance(v, bool):
+            parts.append(flags[0] if v else flags[-1])
+        else:
+            parts.append(f"{flags[0]} {v}")
+    return " ".join(parts)
+
+
+@app.command()
+@_scenario_command
+def plot(
+    out_file: Annotated[Path, typer.Option(
+        "--out", metavar="FILE",
+        help="write the chunk map to FILE; FILE ends in .png or .svg and the other "
+             "format is written beside it (always both PNG and SVG)")],
+    rule: Annotated[Optional[str], typer.Option(
+        "--rule", help="one of " + ", ".join(RULES) + " (or --compare)")] = None,
+    compare: Annotated[Optional[tuple[str, str]], typer.Option(
+        "--compare", metavar="RULE RULE",
+        help="draw two rules one above the other on the same chunk range")] = None,
+    *,
+    chunks: Annotated[Optional[str], typer.Option(
+        "--chunks", metavar="LO:HI",
+        help="draw chunks LO..HI-1 only (default: the whole request)")] = None,
+    scenario: Scenario,
+) -> None:
+    """Draw the chunk map of one scenario (the options of `simulate`) to PNG and SVG.
+
+    One row per scheduler step and a final 'stored at end' row; cells:
+    submitted this step, stored earlier, loadable but not stored, and stored
+    but not loadable (wasted, red). Needs the `plot` extra (matplotlib).
+    """
+    from kvreach import plot as kplot
+
+    if rule is None and compare is None:
+        raise CliError("--rule", "(missing)", "one of " + ", ".join(RULES)
+                       + " (or --compare RULE RULE)")
+    if rule is not None and compare is not None:
+        raise CliError("--compare", " ".join(compare), "either --rule or --compare, not both")
+    rules = [rule] if rule is not None else list(compare or ())
+    for r in rules:
+        _check_choice("--rule" if compare is None else "--compare", r, check_rule)
+    png, svg = _plot_paths("--out", out_file)
+    zoom = _chunk_range(chunks)
+    _check_choice("--load-model", scenario.load_model, check_load_model)
+    traces = [_run_scenario(r, scenario) for r in rules]
+
+    maps = [kplot.chunk_map(t.to_json(scenario.load_model)) for t in traces]
+    lo, hi = zoom or (0, max(m.hi for m in maps))
+    maps = [kplot.clipped(m, lo, hi) for m in maps]
+    drawn = _draw("--out", out_file, maps, "kvreach plot " + _scenario_flags(scenario, rules))
+    _print_drawn(_out(), drawn, png, svg)
+
+
+# ---------------------------------------------------------------------------
 # counterexample
 # ---------------------------------------------------------------------------
 
@@ -596,6 +815,11 @@ def counterexample(
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot_file: Annotated[Optional[Path], typer.Option(
+        "--plot", metavar="FILE",
+        help="also draw the counterexample's chunk map to FILE (.png or .svg; both are "
+             "written): the replayed lifecycle, or for mask-equivalence the mask at "
+             "the decoded final horizon against the loadable chunks")] = None,
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import runner
@@ -611,6 +835,12 @@ def counterexample(
     if ob.model_specific and load_model is None:
         raise CliError("--load-model", "(missing)",
                        f"one of {', '.join(LOAD_MODELS)} for '{obligation}'")
+    if plot_file is not None:
+        if ob.kind == "static" and obligation not in MAPPABLE_STATIC:
+            raise CliError("--plot", plot_file,
+                           "a lifecycle obligation or " + ", ".join(MAPPABLE_STATIC)
+                           + f" ('{obligation}' has no chunk map)")
+        _plot_paths("--plot", plot_file)
     r = rule if ob.rule_specific else "any"
     m = load_model if ob.model_specific else "any"
     concrete_rule = "vllm-0.33" if r == "any" else r
@@ -656,8 +886,41 @@ def counterexample(
             out.print("[green]proved: no counterexample exists[/]")
         elif cex is not None:
             _print_cex(out, cex, concrete_model, depth)
+    if plot_file is not None:
+        if verdict != "counterexample" or cex is None:
+            raise CliError("--plot", plot_file,
+                           f"a row with a counterexample to draw ('{obligation}' {r} {m}: {verdict})")
+        _plot_cex(plot_file, obligation, cex, concrete_rule, concrete_model, as_json)
     if verdict == "unknown" or (verdict == "counterexample" and detail):
         raise typer.Exit(1)
+
+
+# Static obligations whose counterexample is a chunk set at one horizon.
+MAPPABLE_STATIC = ("mask-equivalence",)
+
+
+def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
+              quiet: bool) -> None:
+    """Draw a counterexample: the replayed lifecycle, or a static one's mask at
+    its final horizon against the loadable chunks (a single row)."""
+    from kvreach import plot as kplot
+    from kvreach.proofs.decode import replay_mask
+
+    title = f"{obligation} counterexample: {rule}, load model {model}"
+    if cex.get("trace") is not None:
+        m = kplot.chunk_map(cex["trace"], title=title)
+        bad = cex.get("replayed_violation") or []
+    else:
+        kept, wanted = replay_mask(cex, rule, model)
+        m = kplot.mask_map(rule, model, cex["config"]["group"], kept, wanted,
+                           cex["final_horizon_chunks"], title=title)
+        bad = sorted(kept ^ wanted)
+    g, req = cex["config"]["group"], cex["config"]["request"]
+    sup = f"replayed violation chunks: {ranges(bad)}; tracked chunk {cex.get('chunk')}\n"
+    sup += _config_line(g, req, cex.get("lifecycle"))
+    png, svg = kplot.out_paths(out_file)
+    drawn = _draw("--plot", out_file, [m], sup)
+    _print_drawn(_err() if quiet else _out(), drawn, png, svg)
 
 
 def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:

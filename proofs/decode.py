@@ -8,6 +8,9 @@ from __future__ import annotations
 import z3
 
 from kvreach.impl.lifecycle import Lifecycle, Trace, run
+from kvreach.impl.load import wanted_chunks
+from kvreach.impl.rules import store_window
+from kvreach.params import GroupConfig, RequestConfig
 from kvreach.spec.config import R_NONE, to_concrete
 from kvreach.spec.lifecycle import K_PREFILL, KINDS
 
@@ -111,3 +114,15 @@ def decode_static(m, ctx) -> dict:
         "boundary_block": _v(m, ctx.L),
     }
 
+
+
+def replay_mask(cex: dict, rule: str, model: str) -> tuple[frozenset[int], frozenset[int]]:
+    """A static counterexample (``decode_static``) replayed through the
+    executable rule: the chunks a request whose final horizon is the decoded
+    one keeps (one finishing step from cursor 0, the one-shot mask) and the
+    chunks the load model wants there. Their difference shows the violation."""
+    g = GroupConfig(**cex["config"]["group"])
+    r = RequestConfig(**cex["config"]["request"])
+    H = cex["final_horizon_chunks"]
+    kept = store_window(rule, g, r, 0, H, True).chunks
+    return frozenset(kept), wanted_chunks(model, g, r, H)
