@@ -357,7 +357,7 @@ def _store_note(transitions: Sequence[lc.TransitionDef]) -> list[str]:
             extra = f" ∧ {more} further condition(s) of {fn.__name__}" if more else ""
             when = "ended" if ends else "running"
             lines.append(f"{rule} {when}: submits c with {window}{extra}")
-        nxt = RULES[rule](y.s, cursor, n, z3.BoolVal(False), c, {"wc": z3.Int("wc")}).next_cursor
+        nxt = fn(y.s, cursor, n, z3.BoolVal(False), c, {"wc": z3.Int("wc")}).next_cursor
         lines.append(f"{rule}: cursor' = {show(nxt)}")
     return lines
 
@@ -394,6 +394,9 @@ def render(transitions: Sequence[lc.TransitionDef] | None = None) -> str:
     for name in starts:
         out.append(f"    [*] --> {name} : init [{show(init)}]")
     for e in edges(transitions):
+        if not e.sources or not e.targets:  # a dead entry: no edge, visibly
+            out.append(f"    %% {e.name}: enabled in no phase")
+            continue
         src, tgt = e.sources[0], e.targets[0]
         if len(e.sources) > 1:
             src = f"{e.name}_from"
@@ -406,7 +409,8 @@ def render(transitions: Sequence[lc.TransitionDef] | None = None) -> str:
         if len(e.targets) > 1:
             t = next(t for t in transitions if t.name == e.name)
             new_f = t.new_f(y.s, y.pre, y.sched)
-            ctx = y.assumptions() + [_enabled(t, y)]
+            ctx = y.assumptions() + [_enabled(t, y), z3.Or(
+                [ph(y.s, y.pre.f) for name, _, ph in PHASES if name in e.sources])]
             f_post = z3.Int("f'")
             for name, _, ph in PHASES:
                 if name in e.targets:

@@ -91,6 +91,9 @@ def test_a_changed_table_changes_the_diagram():
     # two tokens per decode step; another vLLM function
     assert dg.block(_mutated(sched=2)) != base
     assert dg.block(_mutated(vllm_function="Scheduler.other")) != base
+    # a guard no phase satisfies: the entry loses its edge
+    dead = _mutated(guard=lambda s, pre, sched, budget: pre.f < 0)
+    assert len(_labelled_edges(dg.render(dead))) == len(lc.TRANSITIONS) - 1
     # an entry dropped: one labelled edge fewer, and the check fails
     fewer = tuple(t for t in lc.TRANSITIONS if t.kind != lc.K_DECODE)
     assert len(_labelled_edges(dg.render(fewer))) == len(lc.TRANSITIONS) - 1
