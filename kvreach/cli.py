@@ -1023,5 +1023,40 @@ def catalog(
     typer.echo(f"{out} is up to date with {results}")
 
 
+# ---------------------------------------------------------------------------
+# diagram (docs/lifecycle.md, generated from spec.lifecycle.TRANSITIONS)
+# ---------------------------------------------------------------------------
+
+
+@app.command()
+def diagram(
+    check: Annotated[bool, typer.Option(
+        "--check", help="write nothing; exit 1 if the committed block differs")] = False,
+    doc: Annotated[Optional[Path], typer.Option(
+        help="the Markdown file holding the generated block (default: docs/lifecycle.md)")] = None,
+) -> None:
+    """Regenerate the lifecycle diagram block of docs/lifecycle.md from the
+    spec's transition table (``--check``: only compare)."""
+    from kvreach import diagram as dg
+
+    path = doc or dg.DOC
+    if not path.is_file():
+        raise CliError("--doc", path, "an existing Markdown file")
+    text = path.read_text(encoding="utf-8")
+    current = dg.extract(text)
+    if current is None:
+        raise CliError("--doc", path, f"a file with a {dg.BEGIN} ... {dg.END} block")
+    new = dg.block()
+    if current == new:
+        sys.stdout.write(f"{path}: lifecycle diagram up to date\n")
+        return
+    if check:
+        _error_line(f"{path}: the lifecycle diagram differs from the one generated from "
+                    "spec.lifecycle.TRANSITIONS; run `kvreach diagram`")
+        raise typer.Exit(1)
+    path.write_text(dg.replace(text, new), encoding="utf-8")
+    sys.stdout.write(f"{path}: lifecycle diagram regenerated\n")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

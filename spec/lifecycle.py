@@ -4,7 +4,14 @@ State (after a scheduler step): ``f`` = ``Request.num_computed_tokens``,
 ``cursor`` = ``RequestGroupState.next_stored_chunk_idx``, ``stored`` = the
 tracked chunk ``c`` was submitted before, ``ended``.
 
-Transitions (``Scheduler.schedule`` + ``OffloadingConnectorScheduler._build_store_jobs``):
+The transitions are data: :data:`TRANSITIONS`, one :class:`TransitionDef` per
+kind, says what vLLM function the kind models, when it is enabled (its guard,
+the scheduled token count included), the frontier after it, the
+``num_tokens_after_batch`` and ``Request.num_tokens`` the store side
+(``OffloadingConnectorScheduler._build_store_jobs``) sees, the request status
+it leads to and whether it ends the request. :func:`transition` is built from
+that table only, and so is the lifecycle diagram (``kvreach.diagram``,
+docs/lifecycle.md): a change in the table changes both.
 
 - ``prefill``: ``1 <= s <= budget`` prompt tokens; the store side sees
   ``num_computed_tokens + s`` with ``num_tokens = P``;
@@ -17,20 +24,22 @@ Transitions (``Scheduler.schedule`` + ``OffloadingConnectorScheduler._build_stor
   give the store side the same value (async only has the last step's output in
   flight); the transition covers both.
 
-Every transition submits the tracked chunk or not (``StoreStep``), and the
-cursor moves to ``max(cursor, n)`` (the manager accepts every store).
+Every transition then runs the store step (``StoreStep`` of the rule): ``n =
+storable_chunks(offloadable(num_tokens_after_batch, num_tokens))``, the
+tracked chunk is submitted or not, and the cursor moves to ``max(cursor, n)``
+(the manager accepts every store).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import z3
 
 from kvreach.spec.config import R_NONE, SymConfig, _max
 from kvreach.spec.rules import RULES, finish_tokens, storable_chunks
 
-KINDS = ("prefill", "decode", "finish", "abort")
 K_PREFILL, K_DECODE, K_FINISH, K_ABORT = range(4)
 
 
@@ -70,33 +79,142 @@ def num_tokens(s: SymConfig, f) -> z3.ArithRef:
     return z3.If(f < s.P, s.P, f + 1)
 
 
+@dataclass(frozen=True)
+class TransitionDef:
+    """One kind of scheduler step, as data.
+
+    ``sched``: the number of tokens the step schedules, or None when the
+    scheduler chooses it (then the guard bounds it). ``guard(s, pre, sched,
+    budget)``: when the step is possible. ``new_f(s, pre, sched)``: the frontier
+    (``num_computed_tokens``) after it. ``tokens_after(s, rule, pre, sched)``:
+    ``num_tokens_after_batch`` in ``_build_store_jobs``. ``num_tokens(s,
+    pre)``: the ``Request.num_tokens`` the store side sees (it caps the
+    offloadable tokens). ``status``: vLLM's ``RequestStatus`` after the step.
+    ``ends``: the request is finished (``req.is_finished()``).
+    """
+
+    kind: int
+    name: str
+    vllm_module: str
+    vllm_function: str
+    sched: int | None
+    guard: Callable[..., z3.BoolRef]
+    new_f: Callable[..., z3.ArithRef]
+    tokens_after: Callable[..., z3.ArithRef]
+    num_tokens: Callable[..., z3.ArithRef]
+    status: str
+    ends: bool
+
+
+_SCHED = "vllm.v1.core.sched.scheduler"
+
+TRANSITIONS: tuple[TransitionDef, ...] = (
+    TransitionDef(
+        K_PREFILL, "prefill", _SCHED, "Scheduler.schedule", sched=None,
+        guard=lambda s, pre, sched, budget: z3.And(
+            1 <= sched, sched <= budget, pre.f + sched <= s.P),
+        new_f=lambda s, pre, sched: pre.f + sched,
+        tokens_after=lambda s, rule, pre, sched: pre.f + sched,
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="RUNNING", ends=False,
+    ),
+    TransitionDef(
+        K_DECODE, "decode", _SCHED, "Scheduler.schedule", sched=1,
+        guard=lambda s, pre, sched, budget: pre.f >= s.P,
+        new_f=lambda s, pre, sched: pre.f + 1,
+        tokens_after=lambda s, rule, pre, sched: pre.f + 1,
+        num_tokens=lambda s, pre: pre.f + 1,
+        status="RUNNING", ends=False,
+    ),
+    TransitionDef(
+        K_FINISH, "finish", _SCHED, "Scheduler.update_from_output", sched=0,
+        guard=lambda s, pre, sched, budget: pre.f >= s.P,
+        new_f=lambda s, pre, sched: pre.f,
+        tokens_after=lambda s, rule, pre, sched: finish_tokens(s, rule, num_tokens(s, pre.f)),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="FINISHED_STOPPED", ends=True,
+    ),
+    TransitionDef(
+        K_ABORT, "abort", _SCHED, "Scheduler.finish_requests", sched=0,
+        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
+        new_f=lambda s, pre, sched: pre.f,
+        tokens_after=lambda s, rule, pre, sched: pre.f,
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="FINISHED_ABORTED", ends=True,
+    ),
+)
+assert [t.kind for t in TRANSITIONS] == list(range(len(TRANSITIONS)))
+
+KINDS = tuple(t.name for t in TRANSITIONS)
+
+
+def _chain(kind, entries, values: list) -> z3.ExprRef:
+    """``If(kind == k0, v0, If(kind == k1, v1, ... v_last))`` over ``entries``,
+    leaving out a branch whose value is the same term as the fallback
+    ``v_last`` (sound: the kinds are distinct constants; keeps the term as
+    small as a hand-written one)."""
+    out = fallback = values[-1]
+    for t, v in reversed(list(zip(entries, values))[:-1]):
+        if not v.eq(fallback):
+            out = z3.If(kind == t.kind, v, out)
+    return out
+
+
+def _is(kind, kinds: list[int]) -> z3.BoolRef:
+    return kind == kinds[0] if len(kinds) == 1 else z3.Or([kind == k for k in kinds])
+
+
+def _enabled(s: SymConfig, pre: State, kind, sched, budget) -> list[z3.BoolRef]:
+    """The table's guards as constraints on ``kind``: a kind whose step size
+    the scheduler chooses gets its guard; the fixed sizes are one equation;
+    the other guards are grouped by term (one implication per distinct
+    guard, a guard ``True`` dropped)."""
+    free = [t for t in TRANSITIONS if t.sched is None]
+    fixed = [t for t in TRANSITIONS if t.sched is not None]
+    out = [z3.Implies(kind == t.kind, t.guard(s, pre, sched, budget)) for t in free]
+    if fixed:
+        size = _chain(kind, fixed, [z3.IntVal(t.sched) for t in fixed])
+        if not free:
+            out.append(sched == size)
+        else:
+            out.append(z3.Implies(
+                kind != free[0].kind if len(free) == 1 else z3.Not(_is(kind, [t.kind for t in free])),
+                sched == size,
+            ))
+    groups: list[tuple[z3.BoolRef, list[int]]] = []
+    for t in fixed:
+        g = t.guard(s, pre, sched, budget)
+        if z3.is_true(g):
+            continue
+        same = [kinds for gg, kinds in groups if gg.eq(g)]
+        if same:
+            same[0].append(t.kind)
+        else:
+            groups.append((g, [t.kind]))
+    out += [z3.Implies(_is(kind, kinds), g) for g, kinds in groups]
+    return out
+
+
 def transition(
     s: SymConfig, rule: str, pre: State, post: State, c, budget, tag: str, store_fn=None
 ) -> Transition:
-    """One scheduler step; ``store_fn`` replaces the rule's store decision
-    (used for mutants), the rest of the rule (storable chunks, finish tokens)
-    stays ``rule``'s."""
+    """One scheduler step of any kind in :data:`TRANSITIONS`; ``store_fn``
+    replaces the rule's store decision (used for mutants), the rest of the
+    rule (storable chunks, finish tokens) stays ``rule``'s."""
     kind = z3.Int(f"kind_{tag}")
     sched = z3.Int(f"sched_{tag}")
     aux = {"wc": z3.Int(f"wc_{tag}")}
-    finished = z3.Or(kind == K_FINISH, kind == K_ABORT)
-    nt = num_tokens(s, pre.f)
-    tokens_after = z3.If(
-        kind == K_PREFILL, pre.f + sched,
-        z3.If(kind == K_DECODE, pre.f + 1,
-              z3.If(kind == K_FINISH, finish_tokens(s, rule, nt), pre.f)),
-    )
-    nt_step = z3.If(kind == K_DECODE, pre.f + 1, nt)
+    finished = z3.Or([kind == t.kind for t in TRANSITIONS if t.ends])
+    tokens_after = _chain(kind, TRANSITIONS, [t.tokens_after(s, rule, pre, sched) for t in TRANSITIONS])
+    nt_step = _chain(kind, TRANSITIONS, [t.num_tokens(s, pre) for t in TRANSITIONS])
     off = s.offloadable(tokens_after, nt_step)
     n = storable_chunks(s, rule, off, finished)
     step = (store_fn or RULES[rule])(s, pre.cursor, n, finished, c, aux)
-    new_f = z3.If(kind == K_PREFILL, pre.f + sched, z3.If(kind == K_DECODE, pre.f + 1, pre.f))
+    new_f = _chain(kind, TRANSITIONS, [t.new_f(s, pre, sched) for t in TRANSITIONS])
     cons = z3.And(
         z3.Not(pre.ended),
-        z3.Or(kind == K_PREFILL, kind == K_DECODE, kind == K_FINISH, kind == K_ABORT),
-        z3.Implies(kind == K_PREFILL, z3.And(1 <= sched, sched <= budget, pre.f + sched <= s.P)),
-        z3.Implies(kind != K_PREFILL, sched == z3.If(kind == K_DECODE, 1, 0)),
-        z3.Implies(z3.Or(kind == K_DECODE, kind == K_FINISH), pre.f >= s.P),
+        z3.Or([kind == t.kind for t in TRANSITIONS]),
+        *_enabled(s, pre, kind, sched, budget),
         post.f == new_f,
         post.cursor == step.next_cursor,
         post.stored == z3.Or(pre.stored, step.submitted),
