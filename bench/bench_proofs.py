@@ -5,6 +5,12 @@ BMC depth of the counterexample search and the per-node solver timeout of the
 case-splitting. This prints, for each depth, the time to decide the BMC query
 of a few rows, and the time of each induction step query.
 
+Then the split strategy: the runner's (a 0.5 s try, then every
+(step kind x EAGLE x retention) case at once, ``runner._solve_cases``) against
+the baseline it replaced (a 2 s try at every node of a depth-first split over
+the same cases, then the rest; ``depth_first`` below), on the slowest proved
+rows, measured in the same run, and for each the ratio runner / baseline.
+
     python bench/bench_proofs.py
 """
 
@@ -16,6 +22,8 @@ import z3
 
 from kvreach.proofs import runner
 from kvreach.proofs.obligations import OBLIGATIONS, bmc_query, lifecycle_step_query
+from kvreach.spec.config import R_NONE, R_ZERO
+from kvreach.spec.lifecycle import K_FINISH
 
 ROWS = [
     ("soundness", "vllm-0.29", "intended"),
@@ -41,6 +49,52 @@ def main() -> None:
         r, _ = runner._decide(lifecycle_step_query(ob, ctx), ctx, True)
         print(f"{name:24s} {rule:10s} {model:9s} " + " ".join(cells) + f"  {time.perf_counter() - t:6.2f}s {r}")
     _ = z3
+    split_strategies()
+
+
+SLOW_ROWS = [
+    ("completeness", "vllm-0.33", "intended"),
+    ("completeness", "vllm-0.33", "aligned"),
+    ("load-witness", "any", "intended"),
+    ("load-witness", "any", "aligned"),
+    ("chunk-mask-closed-form", "any", "any"),
+]
+
+
+def depth_first(assertions: list, ctx, lifecycle: bool, deadline: float):
+    """The baseline: the runner's split before it split the cube at once."""
+    s = ctx.s
+    head = [s.eagle, s.rmode == R_NONE, s.rmode == R_ZERO]
+    if lifecycle:
+        head.insert(0, z3.Int("kind_t") == K_FINISH)
+    return runner._solve_split(assertions, head + runner._splits(ctx, lifecycle), deadline)
+
+
+def _queries(name: str, rule: str, model: str):
+    ob = OBLIGATIONS[name]
+    ctx = runner._ctx(rule, model)
+    if ob.kind == "static":
+        return ctx, False, ob.queries(ctx)
+    return ctx, True, [lifecycle_step_query(ob, ctx)]
+
+
+def split_strategies() -> None:
+    print()
+    print(f"{'row':48s} {'runner':>9s} {'baseline':>9s}  ratio")
+    tot_new = tot_old = 0.0
+    for name, rule, model in SLOW_ROWS:
+        times = []
+        for strategy in (runner._solve_cases, depth_first):
+            ctx, lifecycle, qs = _queries(name, rule, model)
+            t = time.perf_counter()
+            verdicts = [str(strategy(q.premise + [q.violation], ctx, lifecycle,
+                                     time.perf_counter() + runner.ROW_BUDGET_S)[0]) for q in qs]
+            times.append(time.perf_counter() - t)
+            if verdicts != ["unsat"] * len(qs):
+                print(f"  {name} {rule} {model}: {strategy.__name__} gave {verdicts}")
+        tot_new, tot_old = tot_new + times[0], tot_old + times[1]
+        print(f"{name + ' ' + rule + ' ' + model:48s} {times[0]:8.2f}s {times[1]:8.2f}s  {times[0] / times[1]:.3f}")
+    print(f"{'total':48s} {tot_new:8.2f}s {tot_old:8.2f}s  {tot_new / tot_old:.3f}")
 
 
 if __name__ == "__main__":
