@@ -328,3 +328,100 @@ def test_layering_within_spec_and_impl_is_one_way():
     assert not bad, bad
 
 
+# --- formulas.md: the worked examples ------------------------------------------
+
+
+def _sw_spec(g):
+    import torch
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    return SlidingWindowSpec(block_size=g.block_size, num_kv_heads=1, head_size=1,
+                             dtype=torch.float32, sliding_window=g.window)
+
+
+def _v029_is_store_reachable():
+    """vLLM 0.29.0's ``is_store_reachable_swa_chunk``, compiled from its source
+    (a pure function of ints)."""
+    path = SRC029 / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+    src = path.read_text(encoding="utf-8")
+    fn = next(n for n in ast.parse(src).body
+              if isinstance(n, ast.FunctionDef) and n.name == "is_store_reachable_swa_chunk")
+    ns: dict = {}
+    exec(compile(ast.Module([fn], []), str(path), "exec"), ns)
+    return ns["is_store_reachable_swa_chunk"]
+
+
+@pytest.fixture(scope="module")
+def formulas_run():
+    """Run every ``>>>`` example of formulas.md (one namespace, in order),
+    recording each mask and 0.29 decision the examples compute."""
+    from kvreach.impl import rules
+
+    calls: dict[str, list] = {"mask": [], "v029": []}
+    orig_mask, orig_029 = rules.reachable_block_mask, rules.v029_chunk_reachable
+
+    def mask(start_block, end_block, g, prompt_tokens, final_segment_end_block=None):
+        out = orig_mask(start_block, end_block, g, prompt_tokens, final_segment_end_block)
+        calls["mask"].append((start_block, end_block, g, prompt_tokens,
+                              final_segment_end_block, out))
+        return out
+
+    def v029(chunk, storable_count, g):
+        out = orig_029(chunk, storable_count, g)
+        calls["v029"].append((chunk, storable_count, g, out))
+        return out
+
+    text = (DOCS / "formulas.md").read_text(encoding="utf-8")
+    src = "\n".join(b for info, b in fenced_blocks(text) if info == "python" and ">>>" in b)
+    test = doctest.DocTestParser().get_doctest(src, {}, "formulas.md", str(DOCS / "formulas.md"), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    rules.reachable_block_mask, rules.v029_chunk_reachable = mask, v029
+    out: list[str] = []
+    try:
+        result = runner.run(test, out=out.append)
+    finally:
+        rules.reachable_block_mask, rules.v029_chunk_reachable = orig_mask, orig_029
+    return result, "".join(out), calls
+
+
+def test_formulas_examples_hold(formulas_run):
+    result, report, calls = formulas_run
+    assert result.attempted >= 40, result
+    assert result.failed == 0, report
+    assert len(calls["mask"]) >= 20 and len(calls["v029"]) >= 14
+
+
+def test_formulas_masks_equal_vllm(formulas_run):
+    pytest.importorskip("vllm")
+    from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+
+    _, _, calls = formulas_run
+    configs = set()
+    for start, end, g, prompt, final, ours in calls["mask"]:
+        theirs = SlidingWindowManager.reachable_block_mask(
+            start_block=start, end_block=end, alignment_tokens=g.alignment_tokens,
+            kv_cache_spec=_sw_spec(g), use_eagle=g.eagle,
+            retention_interval=g.retention_interval,
+            reachable_boundaries=(prompt - 1,) if g.retention_interval is not None else (),
+            dcp_world_size=g.dcp_world_size, final_segment_end_block=final,
+        )
+        assert ours == theirs, (start, end, g, prompt, final)
+        configs.add(g)
+    for g in configs:
+        assert g.need == SlidingWindowManager._contiguous_blocks_for_hit(
+            g.window, g.block_tokens, g.eagle), g
+    assert any(g.dcp_world_size == 2 for g in configs)
+    assert any(g.dense for g in configs) and any(g.eagle for g in configs)
+
+
+def test_formulas_029_decisions_equal_vllm_029(formulas_run):
+    if not SRC029.is_dir():
+        pytest.skip(f"no vLLM 0.29.0 source at {SRC029}")
+    from kvreach.impl.rules import v029_alignment_chunk_count, v029_window_chunks
+
+    is_store_reachable_swa_chunk = _v029_is_store_reachable()
+    _, _, calls = formulas_run
+    for chunk, storable, g, ours in calls["v029"]:
+        assert ours == is_store_reachable_swa_chunk(
+            chunk, storable, v029_alignment_chunk_count(g), v029_window_chunks(g), g.eagle,
+        ), (chunk, storable, g)
