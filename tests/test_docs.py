@@ -91,6 +91,23 @@ def names(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
+# --- index.md ----------------------------------------------------------------
+
+
+def test_index_repeats_the_readme_commands_verbatim():
+    readme = fenced_blocks((ROOT / "README.md").read_text(encoding="utf-8"))[:2]
+    index = fenced_blocks((DOCS / "index.md").read_text(encoding="utf-8"))[:2]
+    assert len(readme) == 2 and [b for _, b in index] == [b for _, b in readme]
+
+
+def test_index_links_every_page():
+    text = (DOCS / "index.md").read_text(encoding="utf-8")
+    linked = {Path(t.split("#")[0]).name for t in link_targets(text)}
+    pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+    assert pages <= linked, sorted(pages - linked)
+    assert "img/pr54362-chunk-map.png" in link_targets(text)
+
+
 # --- architecture.md: the table ------------------------------------------------
 
 ARCH_HEADER = ["what", "vLLM function", "spec element", "impl function", "obligations"]
@@ -326,6 +343,62 @@ def test_layering_within_spec_and_impl_is_one_way():
     bad = [f"{m} imports {d}" for m in rank for d in _kv(g[m])
            if d in rank and rank[d] >= rank[m]]
     assert not bad, bad
+
+
+# --- links ------------------------------------------------------------------------
+
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def link_targets(text: str) -> list[str]:
+    out = []
+    for line in prose_lines(text):
+        line = re.sub(r"`[^`]*`", "", line)  # code spans hold no links
+        out += LINK.findall(line)
+    return out
+
+
+def slug(heading: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces -> '-'."""
+    h = re.sub(r"`|\*\*|__", "", heading.strip().lower())
+    h = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h)
+    keep = "".join(ch for ch in h if ch in " -_" or unicodedata.category(ch)[0] in "LN")
+    return keep.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for line in prose_lines(path.read_text(encoding="utf-8")):
+        m = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        s = slug(m.group(2))
+        n = seen.get(s, 0)
+        seen[s] = n + 1
+        out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def test_relative_links_resolve():
+    bad = []
+    for md in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target in link_targets(md.read_text(encoding="utf-8")):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            path, _, frag = target.partition("#")
+            dest = (md.parent / path).resolve() if path else md
+            if not dest.exists():
+                bad.append(f"{md.name}: {target}: no such file")
+            elif frag and dest.suffix == ".md" and frag not in anchors(dest):
+                bad.append(f"{md.name}: {target}: no heading with anchor #{frag}")
+    assert not bad, "\n".join(bad)
+
+
+def test_slug_matches_github():
+    assert slug("Load models (written from the load side)") == "load-models-written-from-the-load-side"
+    assert slug("F1. vLLM 0.29.0 stores the tails") == "f1-vllm-0290-stores-the-tails"
+    assert slug("The `need` formula: ceil((W - 1) / B)") == "the-need-formula-ceilw---1--b"
 
 
 # --- formulas.md: the worked examples ------------------------------------------
