@@ -22,7 +22,6 @@ import ast
 import dataclasses
 import doctest
 import importlib
-import importlib.util
 import os
 import re
 import sys
