@@ -1,5 +1,6 @@
 """Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach plot``,
-``kvreach counterexample``.
+``kvreach counterexample``, ``kvreach catalog`` (docs/proofs.md) and
+``kvreach diagram`` (the lifecycle diagram of docs/lifecycle.md).
 
 Last stage of the data flow (params -> rules -> lifecycle -> properties ->
 report). Bad input (``kvreach.params.ParamError`` or a click usage error) is
