@@ -35,6 +35,7 @@ import z3
 
 from kvreach.spec import lifecycle as lc
 from kvreach.spec.config import SymConfig
+from kvreach.spec.evaluate import free_consts
 from kvreach.spec.rules import RULES
 
 BEGIN = "<!-- BEGIN GENERATED lifecycle -->"
@@ -351,7 +352,7 @@ def _store_note(transitions: Sequence[lc.TransitionDef]) -> list[str]:
             st = fn(y.s, cursor, n, z3.BoolVal(ends), c, {"wc": z3.Int("wc")})
             conj = st.submitted.children() if z3.is_and(st.submitted) else [st.submitted]
             conj = [e for e in map(_prune, conj) if not z3.is_true(e)]
-            plain = [e for e in conj if {x.get_id() for x in _free(e)} <= known]
+            plain = [e for e in conj if {x.get_id() for x in free_consts(e)} <= known]
             more = len(conj) - len(plain)
             window = " ∧ ".join(_chain(plain)) or "true"
             extra = f" ∧ {more} further condition(s) of {fn.__name__}" if more else ""
@@ -360,20 +361,6 @@ def _store_note(transitions: Sequence[lc.TransitionDef]) -> list[str]:
         nxt = fn(y.s, cursor, n, z3.BoolVal(False), c, {"wc": z3.Int("wc")}).next_cursor
         lines.append(f"{rule}: cursor' = {show(nxt)}")
     return lines
-
-
-def _free(e: z3.ExprRef) -> list[z3.ExprRef]:
-    out, seen, todo = [], set(), [e]
-    while todo:
-        x = todo.pop()
-        if x.get_id() in seen:
-            continue
-        seen.add(x.get_id())
-        if z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            out.append(x)
-        else:
-            todo.extend(x.children())
-    return out
 
 
 def render(transitions: Sequence[lc.TransitionDef] | None = None) -> str:

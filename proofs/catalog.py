@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
-from importlib import resources
 from pathlib import Path
 
 from kvreach.proofs.mutants import MUTANTS, VARIANTS
 from kvreach.proofs.obligations import OBLIGATIONS
-from kvreach.proofs.runner import expected_table, rows_for
+from kvreach.proofs.runner import expected_rows, expected_table, rows_for
 
 RESULTS = "docs/proof-results.json"
 PAGE = "docs/proofs.md"
@@ -56,10 +54,9 @@ def load_results(path: Path) -> dict:
 def expected_findings() -> dict[Key, list[str]]:
     """(obligation, rule, load model) -> the findings (``F1``...) that
     ``proofs/expected.toml`` names for the row's expected counterexample."""
-    text = resources.files("kvreach.proofs").joinpath("expected.toml").read_text()
     return {
         (r["obligation"], r["rule"], r["load_model"]): list(r.get("findings", []))
-        for r in tomllib.loads(text)["row"]
+        for r in expected_rows()
     }
 
 

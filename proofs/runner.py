@@ -81,10 +81,15 @@ class Row:
         }
 
 
-def expected_table() -> dict[tuple[str, str, str], str]:
+def expected_rows() -> list[dict]:
+    """The rows of ``proofs/expected.toml`` as written."""
     text = resources.files("kvreach.proofs").joinpath("expected.toml").read_text()
+    return tomllib.loads(text)["row"]
+
+
+def expected_table() -> dict[tuple[str, str, str], str]:
     out = {}
-    for row in tomllib.loads(text)["row"]:
+    for row in expected_rows():
         out[(row["obligation"], row["rule"], row["load_model"])] = row["verdict"]
     return out
 

@@ -41,7 +41,7 @@ class EvalError(AssertionError):
     up, or solver and substitution disagree."""
 
 
-def _consts(*terms: z3.ExprRef) -> list[z3.ExprRef]:
+def free_consts(*terms: z3.ExprRef) -> list[z3.ExprRef]:
     """Uninterpreted constants (free symbols) occurring in ``terms``."""
     seen: dict[int, z3.ExprRef] = {}
     done: set[int] = set()
@@ -93,7 +93,7 @@ class Evaluator:
     @staticmethod
     def _substitute(m: z3.ModelRef, term: z3.ExprRef, fixed=()) -> z3.ExprRef:
         pairs = dict((x.get_id(), (x, v)) for x, v in fixed)
-        for x in _consts(term):
+        for x in free_consts(term):
             if x.get_id() not in pairs:
                 pairs[x.get_id()] = (x, m.eval(x, model_completion=True))
         return z3.simplify(z3.substitute(term, *pairs.values()) if pairs else term)
