@@ -268,6 +268,12 @@ class StepRecord:
                 if g == group_idx and (req_id is None or r == req_id)]
 
 
+def prompt_token_ids(prompt_tokens: int, seed: int = 0) -> list[int]:
+    """The harness's deterministic prompt: equal seeds share every prefix."""
+    base = 1000 + 37 * seed
+    return [(base + 13 * i) % 30000 + 100 for i in range(prompt_tokens)]
+
+
 class SchedulerRun:
     """One real vLLM scheduler with an offloading connector (``kvreach`` or
     ``stock``), fed fake model outputs one step at a time."""
@@ -385,9 +391,13 @@ class SchedulerRun:
 
     # -- driving ------------------------------------------------------------
     def add_request(self, req_id: str, prompt_tokens: int, max_tokens: int = 1,
-                    kv_transfer_params: dict | None = None, seed: int = 0) -> Request:
-        base = 1000 + 37 * seed
-        token_ids = [(base + 13 * i) % 30000 + 100 for i in range(prompt_tokens)]
+                    kv_transfer_params: dict | None = None, seed: int = 0,
+                    token_ids: list[int] | None = None) -> Request:
+        """``token_ids`` given: the prompt is exactly those tokens (then
+        ``prompt_tokens`` must be their count); else :func:`prompt_token_ids`."""
+        if token_ids is None:
+            token_ids = prompt_token_ids(prompt_tokens, seed)
+        assert len(token_ids) == prompt_tokens
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         req = Request(request_id=req_id, prompt_token_ids=token_ids,
                       sampling_params=params, pooling_params=None,
@@ -460,7 +470,11 @@ class SchedulerRun:
             logprobs=None,
             prompt_logprobs_dict={},
             pooler_output=None,
-            kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=done),
+            # a load completes in its step: the worker reports it received
+            kv_connector_output=KVConnectorOutput(
+                kv_connector_worker_meta=done,
+                finished_recving={job.req_id for job in meta.load_jobs.values()} or None,
+            ),
         )
         if self.setup.async_scheduling:
             if self._pending is not None:

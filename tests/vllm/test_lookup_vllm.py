@@ -1,0 +1,290 @@
+"""kvreach's lookup twin (``kvreach.impl.lookup``) equals vLLM 0.33.0's own
+offload lookup, run through the real ``Scheduler``.
+
+Each example stores one request's chunks through stock vLLM (the keys its
+``prepare_store`` accepted), scripts the offload manager's answers from them
+(the stored keys, every prompt key, or a random subset with HIT_PENDING and
+RETRY answers), optionally keeps the GPU prefix cache (a GPU-local hit), then
+schedules a later request that shares a prefix. Every
+``get_num_new_matched_tokens`` call vLLM makes is compared with the twin: the
+same hit tokens (None when deferred) and the same keys passed to
+``prepare_load``.
+
+CI size: ``KVREACH_LOOKUP_EXAMPLES`` (default 300, derandomized). The slow run
+(docs/conformance.md) sets it to 10000.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from kvreach_vllm_harness import Setup, full, prompt_token_ids, swa  # noqa: E402
+from lookup_harness import (  # noqa: E402
+    LookupRecorder, later_tokens, lookup_groups, new_id, new_run, twin_outcome,
+)
+from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
+
+from kvreach.impl.lookup import num_keys  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+SETUPS: dict[str, Setup] = {
+    "fa36-swa4-w17": Setup((full(36), swa(4, 17))),
+    "fa36-swa4-w16": Setup((full(36), swa(4, 16))),
+    "fa16-swa8-w17-bpc2": Setup((full(16), swa(8, 17)), blocks_per_chunk=2),
+    "fa12-swa4-w13-bpc3": Setup((full(12), swa(4, 13)), blocks_per_chunk=3),
+    "fa12-two-swa": Setup((full(12), swa(4, 8), swa(4, 21))),
+    "swa-only": Setup((swa(4, 16),)),
+    "two-swa-only": Setup((swa(4, 9), swa(8, 33))),
+    "eagle": Setup((full(16), swa(4, 16), swa(4, 16, eagle=True))),
+    "extra-retained": Setup((full(36), swa(4, 16, extra=5))),
+    "retention": Setup((full(12), swa(4, 8)), retention_interval=48),
+    "two-full-sizes": Setup((full(8), full(16), swa(4, 12))),
+    "full-only": Setup((full(16),)),
+}
+
+_runs: dict[str, tuple] = {}
+
+
+def recorder(name: str, model_dir: str) -> LookupRecorder:
+    if name not in _runs:
+        _runs[name] = new_run(SETUPS[name], model_dir)
+    return _runs[name][1]
+
+
+def store_request(rec: LookupRecorder, tokens: list[int], decode: int = 0) -> str:
+    """Run one request to completion with stock vLLM's store rule; the
+    manager accepts every key (recorded in ``rec.stored_keys``)."""
+    rid = new_id("stored-")
+    rec.answers = {}
+    rec.run.add_request(rid, len(tokens), max_tokens=decode + 1, token_ids=tokens)
+    rec.run.run_to_completion()
+    return rid
+
+
+def later_lookups(rec: LookupRecorder, tokens: list[int], max_load_tokens: int | None = None,
+                  settle_after: int = 1) -> list:
+    """Schedule the later request until its lookup settles (after
+    ``settle_after`` steps every HIT_PENDING / RETRY answer becomes HIT),
+    then runs it to completion (an abort while its load is in flight would
+    wait for the worker's ``finished_recving``, which the harness does not
+    report). Returns the observations of that request."""
+    rid = new_id("later-")
+    params = None if max_load_tokens is None else {"max_load_tokens": max_load_tokens}
+    rec.run.add_request(rid, len(tokens), max_tokens=1, kv_transfer_params=params,
+                        token_ids=tokens)
+    for step in range(3):
+        if step == settle_after:
+            rec.answers = {k: LookupResult.HIT for k in rec.answers}
+        rec.run.step()
+        obs = [o for o in rec.observations if o.req_id == rid]
+        if obs and obs[-1].hit_tokens is not None:
+            break
+    rec.run.run_to_completion()
+    return [o for o in rec.observations if o.req_id == rid]
+
+
+def check(setup: Setup, observations: list) -> None:
+    groups = lookup_groups(setup)
+    assert observations, "vLLM made no lookup"
+    for o in observations:
+        assert o.num_keys == tuple(num_keys(g, o.later_request()) for g in groups), o
+        twin = twin_outcome(setup, o)
+        assert (twin.hit_tokens, twin.loaded_keys()) == (o.hit_tokens, o.loaded), (
+            f"twin {twin} != vLLM hit {o.hit_tokens} loaded {sorted(o.loaded)} for {o}")
+
+
+def reset(rec: LookupRecorder) -> None:
+    rec.answers = {}
+    assert rec.run.scheduler.reset_prefix_cache()
+    rec.observations.clear()
+
+
+# --- the measurement of issue 9 -------------------------------------------------------------
+
+
+def test_measured_zero_hit_with_sparse_stores(offline_model_dir):
+    """Full-attention block 36, SWA block 4, window 17: a 1188-token prompt
+    stored by stock vLLM, then the same prompt again. vLLM's lookup hits 0
+    tokens (it asks for 5 consecutive SWA chunks; the mask keeps runs of 4)
+    and 1187 with every chunk stored; the twin says the same."""
+    rec = recorder("fa36-swa4-w17", offline_model_dir)
+    reset(rec)
+    tokens = prompt_token_ids(1188, seed=3)
+    rid = store_request(rec, tokens)
+    rec.answers = {k: LookupResult.HIT for k in rec.stored_keys[rid]}
+    rec.run.scheduler.reset_prefix_cache()
+    sparse = later_lookups(rec, tokens)
+    check(SETUPS["fa36-swa4-w17"], sparse)
+    assert sparse[-1].hit_tokens == 0
+    rec.answers = {k: LookupResult.HIT for k in rec.prompt_keys[rid]}
+    rec.run.scheduler.reset_prefix_cache()
+    dense = later_lookups(rec, tokens)
+    check(SETUPS["fa36-swa4-w17"], dense)
+    assert dense[-1].hit_tokens == 1187
+    reset(rec)
+
+
+def test_gpu_local_hit_then_offload_hit(offline_model_dir):
+    """The GPU prefix cache keeps the stored request's blocks: the later
+    request starts with a local hit, and the lookup runs from there."""
+    rec = recorder("fa36-swa4-w16", offline_model_dir)
+    reset(rec)
+    tokens = prompt_token_ids(1200, seed=5)
+    rid = store_request(rec, tokens[:700])
+    rec.answers = {k: LookupResult.HIT for k in rec.prompt_keys[rid]}
+    obs = later_lookups(rec, tokens)  # prefix cache not reset
+    check(SETUPS["fa36-swa4-w16"], obs)
+    assert obs[-1].local_hit_tokens > 0
+    reset(rec)
+
+
+def test_deferred_lookup_then_hit(offline_model_dir):
+    """HIT_PENDING answers defer the lookup (None); once HIT, it hits."""
+    rec = recorder("fa36-swa4-w16", offline_model_dir)
+    reset(rec)
+    tokens = prompt_token_ids(600, seed=11)
+    rid = store_request(rec, tokens)
+    rec.run.scheduler.reset_prefix_cache()
+    rec.answers = {k: LookupResult.HIT_PENDING for k in rec.prompt_keys[rid]}
+    obs = later_lookups(rec, tokens)
+    check(SETUPS["fa36-swa4-w16"], obs)
+    assert [o.hit_tokens for o in obs] == [None, 576]  # 16 full-attention chunks of 36
+    reset(rec)
+
+
+# --- random cases ------------------------------------------------------------------------
+
+
+@st.composite
+def cases(draw):
+    name = draw(st.sampled_from(sorted(SETUPS)))
+    stored_len = draw(st.integers(1, 600))
+    later_len = draw(st.one_of(st.just(stored_len), st.integers(1, 700)))
+    diverges = draw(st.one_of(st.none(), st.none(), st.integers(0, stored_len)))
+    content = draw(st.sampled_from(
+        ["rule", "rule", "dense", "dense", "dense", "subset", "rule+deferred"]))
+    keep_gpu = draw(st.integers(0, 3)) == 0
+    max_load = draw(st.one_of(st.none(), st.none(), st.integers(0, 700)))
+    seed = draw(st.integers(0, 1 << 30))
+    return name, stored_len, later_len, diverges, content, keep_gpu, max_load, seed
+
+
+EXAMPLES = int(os.environ.get("KVREACH_LOOKUP_EXAMPLES", "300"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          derandomize="KVREACH_LOOKUP_EXAMPLES" not in os.environ,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=cases())
+def test_twin_equals_vllm_lookup(offline_model_dir, case):
+    name, stored_len, later_len, diverges, content, keep_gpu, max_load, seed = case
+    rng = random.Random(seed)
+    rec = recorder(name, offline_model_dir)
+    reset(rec)
+    stored = prompt_token_ids(stored_len, seed=seed % 97)
+    rid = store_request(rec, stored)
+    keys = rec.stored_keys.get(rid, []) if content.startswith("rule") else rec.prompt_keys[rid]
+    answers = {}
+    for k in keys:
+        if content == "subset":
+            answers[k] = rng.choice([LookupResult.HIT] * 5 + [LookupResult.MISS,
+                                    LookupResult.HIT_PENDING, LookupResult.RETRY])
+        elif content == "rule+deferred" and rng.random() < 0.1:
+            answers[k] = rng.choice([LookupResult.HIT_PENDING, LookupResult.RETRY])
+        else:
+            answers[k] = LookupResult.HIT
+    rec.answers = answers
+    if not keep_gpu:
+        rec.run.scheduler.reset_prefix_cache()
+    obs = later_lookups(rec, later_tokens(stored, later_len, diverges), max_load)
+    check(SETUPS[name], obs)
+    last = obs[-1]
+    event("hit" if last.hit_tokens else "no hit")
+    event("deferred first" if obs[0].hit_tokens is None else "settled first")
+    event("gpu-local hit" if last.local_hit_tokens else "no local hit")
+    reset(rec)
+
+
+# --- DCP 2, at the OffloadingConnectorScheduler level ------------------------------------
+# vLLM's KVCacheManager refuses a DCP-sharded SWA group, so no Scheduler can
+# run one; the real OffloadingConnectorScheduler still can. Its lookup
+# (get_num_new_matched_tokens) is called directly with a mocked Request; only
+# the hit is compared (update_state_after_alloc needs the KV manager's blocks).
+
+DCP_SETUPS = {
+    "dcp2-fa16-swa4-w17": Setup((full(16), swa(4, 17)), dcp_world_size=2),
+    "dcp2-fa8-swa4-w9-bpc2": Setup((full(8), swa(4, 9)), dcp_world_size=2, blocks_per_chunk=2),
+}
+_class_runs: dict[str, object] = {}
+
+
+def class_level_hit(name: str, num_tokens: int, local: int, content, max_load: int | None):
+    from unittest.mock import MagicMock
+
+    from kvreach_vllm_harness import STOCK, ClassLevelRun
+    from vllm.v1.core.kv_cache_utils import BlockHash
+
+    from kvreach.impl.lookup import Answer
+
+    if name not in _class_runs:
+        _class_runs[name] = ClassLevelRun(DCP_SETUPS[name], STOCK)
+    off = _class_runs[name].offload
+    req = MagicMock()
+    req.request_id = new_id("dcp-")
+    req.kv_transfer_params = None if max_load is None else {"max_load_tokens": max_load}
+    req.num_prompt_tokens = req.num_tokens = num_tokens
+    req.skip_reading_prefix_cache = False
+    hash_tokens = off.config.tokens_per_hash
+    req.block_hashes = [BlockHash(f"{req.request_id}-{i}".encode())
+                        for i in range(num_tokens // hash_tokens)]
+    off.on_new_request(req)
+    positions = {}
+
+    def answer(key, req_context):
+        if not positions:
+            st_ = off._req_status[req.request_id]
+            positions.update({k: (g, c) for g, gs in enumerate(st_.group_states)
+                              for c, k in enumerate(gs.offload_keys)})
+        a = content.answer(*positions[key])
+        return {Answer.HIT: LookupResult.HIT, Answer.MISS: LookupResult.MISS,
+                Answer.HIT_PENDING: LookupResult.HIT_PENDING,
+                Answer.RETRY: LookupResult.RETRY}[a]
+
+    off.manager.lookup.side_effect = answer
+    hit, _ = off.get_num_new_matched_tokens(req, local)
+    off._release_step()
+    del off._req_status[req.request_id]
+    return hit
+
+
+@settings(max_examples=max(20, EXAMPLES // 5), deadline=None,
+          derandomize="KVREACH_LOOKUP_EXAMPLES" not in os.environ,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_twin_equals_vllm_lookup_dcp2(data):
+    from kvreach.impl.lookup import LaterRequest, StoreContent, lookup_hit_tokens
+
+    name = data.draw(st.sampled_from(sorted(DCP_SETUPS)))
+    setup = DCP_SETUPS[name]
+    groups = lookup_groups(setup)
+    num_tokens = data.draw(st.integers(1, 600))
+    local_blocks = data.draw(st.integers(0, num_tokens // 32))
+    local = local_blocks * 32  # block-aligned for every group here
+    dense_upto = data.draw(st.integers(0, 40))
+    hole = data.draw(st.one_of(st.none(), st.integers(0, 40)))
+    content = StoreContent.of_chunks([
+        [c for c in range(num_tokens // g.chunk_tokens) if c < dense_upto * (64 // g.chunk_tokens)
+         and c != hole] for g in groups])
+    max_load = data.draw(st.one_of(st.none(), st.integers(0, 600)))
+    vllm_hit = class_level_hit(name, num_tokens, local, content, max_load)
+    twin_hit = lookup_hit_tokens(groups, LaterRequest(num_tokens, local, max_load), content)
+    event("hit" if vllm_hit else "no hit")
+    assert twin_hit == vllm_hit
