@@ -38,7 +38,7 @@ from kvreach.params import LOAD_MODELS, GroupConfig, RequestConfig, check_load_m
 
 def requested_chunks(g: GroupConfig, boundary: int) -> range:
     """Chunks the SWA group must load for a hit at token ``boundary``."""
-    lo = max(0, boundary - (g.window - 1))
+    lo = max(0, boundary - (g.mask_window_tokens - 1))
     hi = boundary + (g.block_tokens if g.eagle else 0)
     c = g.chunk_tokens
     if lo >= hi:  # window 1 and no EAGLE block: the hit reads nothing
@@ -52,7 +52,7 @@ def hit_boundaries(
     """Token boundaries a later lookup can hit whose window can reach below
     the final horizon (``0 < L < H * chunk + W``)."""
     check_load_model(model)
-    top = final_chunks * g.chunk_tokens + g.window
+    top = final_chunks * g.chunk_tokens + g.mask_window_tokens
     out: set[int] = set()
     if g.alignment_tokens is None:
         step: int | None = g.chunk_tokens

@@ -32,7 +32,7 @@ def hit_requests_block(boundary_tokens: int, block: int, g: GroupConfig) -> bool
     block past ``L`` for an EAGLE/MTP draft group (its matched run is one block
     longer and the last block is dropped)."""
     B = g.block_tokens
-    lo = boundary_tokens - (g.window - 1)
+    lo = boundary_tokens - (g.mask_window_tokens - 1)
     hi = boundary_tokens + (B if g.eagle else 0)
     return block * B < hi and (block + 1) * B > lo
 
@@ -46,7 +46,7 @@ def rule_hit_boundaries(
     exist), and with a retention interval the replay boundary
     ``num_prompt_tokens - 1`` aligned down (vLLM keeps its tail even when it
     aligns down to 0; for EAGLE that keeps block 0, which no hit reads)."""
-    B, W = g.block_tokens, g.window
+    B, W = g.block_tokens, g.mask_window_tokens
     out: list[int] = []
     S = g.segment_tokens
     if g.per_segment is not None and S is not None:

@@ -218,7 +218,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
             block_size=spec.block_size,
             # vLLM 0.33 widens only the store mask by the MTP re-prefill tokens
             # (_reachable_store_block_mask).
-            window=spec.sliding_window + spec.extra_retained_tokens,
+            window=spec.sliding_window, extra_retained_tokens=spec.extra_retained_tokens,
             alignment_tokens=alignment,
             blocks_per_chunk=self.config.blocks_per_chunk,
             dcp_world_size=dcp,

@@ -53,6 +53,11 @@ class GroupConfig:
 
     block_size: ``SlidingWindowSpec.block_size`` (tokens per block per DCP rank).
     window: ``SlidingWindowSpec.sliding_window`` (W).
+    extra_retained_tokens: ``SlidingWindowSpec.extra_retained_tokens`` (MTP
+        re-prefill history). The store mask widens its window by it
+        (``_reachable_store_block_mask``: :attr:`mask_window_tokens`); the
+        offload lookup widens its run length by it
+        (``get_sliding_window_size_in_chunks``, ``kvreach.impl.lookup``).
     alignment_tokens: ``SchedulerOffloadConfig.alignment_tokens`` (None: no
         alignment). With a full-attention group it is that group's tokens per
         chunk (``SchedulerOffloadConfig.from_spec``).
@@ -69,10 +74,12 @@ class GroupConfig:
     dcp_world_size: int = 1
     eagle: bool = False
     retention_interval: int | None = None
+    extra_retained_tokens: int = 0
 
     def __post_init__(self) -> None:
         _need_int("block_size", self.block_size, 1)
         _need_int("window", self.window, 1)
+        _need_int("extra_retained_tokens", self.extra_retained_tokens, 0)
         if self.alignment_tokens is not None:
             _need_int("alignment_tokens", self.alignment_tokens, 1)
         _need_int("blocks_per_chunk", self.blocks_per_chunk, 1)
@@ -106,14 +113,21 @@ class GroupConfig:
         return self.block_tokens * self.blocks_per_chunk
 
     @property
+    def mask_window_tokens(self) -> int:
+        """The window the store mask uses: ``sliding_window +
+        extra_retained_tokens`` (``_reachable_store_block_mask``)."""
+        return self.window + self.extra_retained_tokens
+
+    @property
     def shift(self) -> int:
         """EAGLE shift of the matched run (``reachable_block_mask``)."""
         return 1 if self.eagle else 0
 
     @property
     def need(self) -> int:
-        """``SlidingWindowManager._contiguous_blocks_for_hit`` at block B."""
-        return cdiv(self.window - 1, self.block_tokens) + self.shift
+        """``SlidingWindowManager._contiguous_blocks_for_hit`` at block B, of
+        the store mask's window."""
+        return cdiv(self.mask_window_tokens - 1, self.block_tokens) + self.shift
 
     @property
     def segment_tokens(self) -> int | None:

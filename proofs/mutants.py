@@ -61,6 +61,7 @@ MUTANTS = {
     "load-witness": ("witness-one-segment-early", None, "witness-early"),
     "chunk-mask-closed-form": ("tail-off-by-one", None, "tail-off-by-one"),
     "load-window-blocks": ("need-ceil-W-over-B", None, "need-ceil-W"),
+    "lookup-scan-closed-form": ("scan-keeps-initial-window", None, "scan-keeps-initial-window"),
 }
 
 
@@ -107,10 +108,21 @@ def chunk_reachable_off_by_one(s, c, F=None):
     return z3.Or(s.dense, seg_hit, z3.And(z3.Not(mask.chunk_reachable(s, c, None)), full))
 
 
+def scan_keeps_initial_window(*args, **kw):
+    """``spec.lookup.scan_end`` with ``reset_window_on_break=False``: the
+    closed form keeps the initial (possibly wider) window after a MISS / RETRY
+    instead of falling back to ``sliding_window_size`` as
+    ``_sliding_window_lookup`` does. A parameter of the one closed form."""
+    from kvreach.spec import lookup
+
+    return lookup.scan_end(*args, reset_window_on_break=False, **kw)
+
+
 # Static variant (MUTANTS' third field) -> the function that plants it; the
 # obligations select them by name, the proof catalog (docs/proofs.md) quotes
 # their docstrings.
 VARIANTS = {
+    "scan-keeps-initial-window": scan_keeps_initial_window,
     "need-ceil-W": need_ceil_w,
     "witness-early": wanted_early_witness,
     "tail-off-by-one": chunk_reachable_off_by_one,

@@ -59,6 +59,8 @@ class Obligation:
     bmc_violation: Callable | None = None
     rule_specific: bool = True
     model_specific: bool = True
+    scope: str | None = None  # a static obligation's own scope (else the symbolic one)
+    split: bool = True  # the runner's case split on the store configuration applies
 
 
 def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
@@ -207,6 +209,37 @@ def _load_window_blocks(ctx: Ctx):
                   first_tok / s.B != L - need0)]
 
 
+SCAN_BOUND_KEYS = 12
+
+
+def _lookup_scan(ctx: Ctx):
+    """Closed form of ``_sliding_window_lookup`` == the loop, for every key
+    count ``n <= SCAN_BOUND_KEYS``, windows ``1 <= w <= w0`` and every
+    HIT / HIT_PENDING / RETRY / MISS answer per key."""
+    from kvreach.spec import lookup
+
+    K = SCAN_BOUND_KEYS
+    brk = [z3.Bool(f"scan_break_{i}") for i in range(K)]
+    retry = [z3.Bool(f"scan_retry_{i}") for i in range(K)]
+    pend = [z3.Bool(f"scan_pending_{i}") for i in range(K)]
+
+    def at(arr, outside):
+        return lambda i: arr[i.as_long()] if 0 <= i.as_long() < K else z3.BoolVal(outside)
+
+    breaks = at(brk, True)
+    retries = lambda i: z3.And(breaks(i), at(retry, False)(i))  # noqa: E731
+    pending = lambda i: z3.And(z3.Not(breaks(i)), at(pend, False)(i))  # noqa: E731
+    n, w, w0 = z3.Int("scan_keys"), z3.Int("sliding_window_chunks"), z3.Int("initial_window_chunks")
+    closed = lookup.scan_end
+    if ctx.variant == "scan-keeps-initial-window":
+        from kvreach.proofs.mutants import scan_keeps_initial_window as closed
+    cf = closed(breaks, pending, retries, n, w, w0, K)
+    loop = lookup.scan_loop(breaks, pending, retries, n, w, w0, K)
+    premise = [0 <= n, n <= K, 1 <= w, w <= w0] + cf.side
+    return [Query(premise, z3.Or(cf.deferred != loop.deferred,
+                                 z3.And(z3.Not(cf.deferred), cf.end != loop.end)))]
+
+
 OBLIGATIONS: dict[str, Obligation] = {
     o.name: o
     for o in [
@@ -260,6 +293,18 @@ OBLIGATIONS: dict[str, Obligation] = {
             "The closed-form chunk mask equals 'some block of the chunk is "
             "reachable' (vLLM's any() over the chunk's blocks).",
             "static", queries=_chunk_closed_form, rule_specific=False, model_specific=False,
+        ),
+        Obligation(
+            "lookup-scan-closed-form",
+            "The closed form of vLLM's sliding-window lookup scan (largest run "
+            "end whose window below it has no MISS/RETRY; deferred on a RETRY "
+            "after it or a HIT_PENDING inside it) equals the loop "
+            "_sliding_window_lookup runs.",
+            "static", queries=_lookup_scan, rule_specific=False, model_specific=False,
+            scope=(f"bounded: every key count n <= {SCAN_BOUND_KEYS}, every answer "
+                   "(HIT / HIT_PENDING / RETRY / MISS) per key, windows 1 <= w <= w0 "
+                   "symbolic and unbounded; the loop unrolled over the same keys"),
+            split=False,
         ),
         Obligation(
             "load-window-blocks",

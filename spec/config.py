@@ -6,6 +6,9 @@ Boolean; ``well_formed()`` states what vLLM 0.33.0 accepts. Units:
 - ``B``: tokens per block, ``block_size * dcp_world_size`` (the spec works on
   the product, so every block size and every DCP size is covered at once);
 - ``bpc``: ``blocks_per_chunk``; ``C = B * bpc`` tokens per chunk;
+- ``W``: the store mask's window, ``sliding_window + extra_retained_tokens``
+  (``_reachable_store_block_mask`` widens it; the lookup's own use of both is
+  ``kvreach.spec.lookup.LookupSym``);
 - ``need0 = ceil((W - 1) / B)`` (``SlidingWindowManager._contiguous_blocks_for_hit``
   without the EAGLE block) is tied to ``W`` by ``(need0-1)*B < W-1 <= need0*B``;
 - alignment: ``A = psA * B`` (``alignment_tokens`` representable per block) or
@@ -123,7 +126,7 @@ class SymConfig:
         if g.alignment_tokens is not None and not g.representable:
             raise ValueError("alignment_tokens % B != 0 is outside the symbolic scope")
         eqs = [
-            self.B == g.block_tokens, self.W == g.window, self.bpc == g.blocks_per_chunk,
+            self.B == g.block_tokens, self.W == g.mask_window_tokens, self.bpc == g.blocks_per_chunk,
             self.eagle == g.eagle, self.has_align == (g.alignment_tokens is not None),
             self.P == r.prompt_tokens, self.prompt_only == r.offload_prompt_only,
             self.has_max == (r.max_offload_tokens is not None),

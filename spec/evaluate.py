@@ -58,25 +58,17 @@ def free_consts(*terms: z3.ExprRef) -> list[z3.ExprRef]:
     return list(seen.values())
 
 
-class Evaluator:
-    """The spec at one concrete configuration. Reuse one instance for many
-    terms: the pins are asserted once in an incremental solver."""
+class Pinned:
+    """The mechanism: pins asserted once in an incremental solver, then
+    :meth:`value` / :meth:`exists` of terms under them."""
 
-    def __init__(self, g: GroupConfig, r: RequestConfig, timeout_ms: int = 10_000):
-        self.g, self.r = g, r
-        self.s = SymConfig.fresh("ev_")
-        if g.window < 2:
-            raise EvalError("window 1 is outside the symbolic scope (well_formed: W >= 2)")
-        try:
-            pins = z3.And(self.s.well_formed(), self.s.equals(g, r))
-        except ValueError as e:  # alignment_tokens % B != 0
-            raise EvalError(str(e)) from e
+    def __init__(self, pins: z3.BoolRef, what: str, timeout_ms: int = 10_000):
         self.solver = z3.Solver()
         self.solver.set("timeout", timeout_ms)
         self.solver.add(pins)
         self._pins = pins
         if self.solver.check() != z3.sat:
-            raise EvalError(f"pins unsatisfiable for {g}, {r}")
+            raise EvalError(f"pins unsatisfiable for {what}")
 
     # --- the mechanism ---------------------------------------------------
     def _check(self, extra: list) -> z3.ModelRef | None:
@@ -145,6 +137,23 @@ class Evaluator:
             if not z3.is_false(self._substitute(m0, term, [(var, z3.IntVal(k))])):
                 raise EvalError(f"solver: no witness; substitution: {var} = {k} is one")
         return False
+
+
+
+class Evaluator(Pinned):
+    """The spec at one concrete configuration. Reuse one instance for many
+    terms: the pins are asserted once in an incremental solver."""
+
+    def __init__(self, g: GroupConfig, r: RequestConfig, timeout_ms: int = 10_000):
+        self.g, self.r = g, r
+        self.s = SymConfig.fresh("ev_")
+        if g.mask_window_tokens < 2:
+            raise EvalError("window 1 is outside the symbolic scope (well_formed: W >= 2)")
+        try:
+            pins = z3.And(self.s.well_formed(), self.s.equals(g, r))
+        except ValueError as e:  # alignment_tokens % B != 0
+            raise EvalError(str(e)) from e
+        super().__init__(pins, f"{g}, {r}", timeout_ms)
 
     # --- spec terms at concrete arguments ---------------------------------
     @property
@@ -227,3 +236,47 @@ class StepEval:
 
     def submitted(self, c: int) -> bool:
         return self.ev.value(self.tr.submitted, self.side[:-1] + [self.c == c])
+
+
+# ---------------------------------------------------------------------------
+# The offload lookup (spec.lookup) at concrete values
+# ---------------------------------------------------------------------------
+
+
+def chunk_set(chunks: Iterable[int]) -> z3.ArrayRef:
+    """A concrete chunk set as a Z3 array (``Select`` simplifies at a
+    concrete index, so the substitution check can evaluate it)."""
+    arr = z3.K(z3.IntSort(), z3.BoolVal(False))
+    for c in sorted(set(chunks)):
+        arr = z3.Store(arr, c, True)
+    return arr
+
+
+def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, blocks_per_chunk: int,
+                  window: int, extra_retained_tokens: int, eagle: bool, num_tokens: int,
+                  local_hit_tokens: int, max_load_tokens: int | None,
+                  full_chunks: Iterable[int], swa_chunks: Iterable[int]) -> dict:
+    """``spec.lookup.lookup`` pinned to one configuration, one later request
+    and one store content (the chunks of each group the manager answers HIT
+    for): ``hit_tokens``, ``swa_loaded`` and ``full_loaded`` (chunk ranges).
+    The bound is the later request's key count, so every range fits it."""
+    from kvreach.spec import lookup as lk
+
+    s = lk.LookupSym.fresh("evl_")
+    pins = z3.And(
+        s.well_formed(), s.has_full == (full_block_tokens is not None),
+        s.full_block_tokens == (full_block_tokens or 1), s.B == swa_block_tokens,
+        s.bpc == blocks_per_chunk, s.W == window, s.extra == extra_retained_tokens,
+        s.eagle == eagle, s.num_tokens == num_tokens, s.local_hit_tokens == local_hit_tokens,
+        s.has_max_load == (max_load_tokens is not None), s.max_load_tokens == (max_load_tokens or 0),
+    )
+    ev = Pinned(pins, "lookup configuration")
+    fset, sset = chunk_set(full_chunks), chunk_set(swa_chunks)
+    bound = num_tokens // min(swa_block_tokens, full_block_tokens or swa_block_tokens) + 2
+    t = lk.lookup(s, lambda c: z3.Select(fset, c), lambda c: z3.Select(sset, c), bound)
+    side = t.side + [t.scope]
+    return {
+        "hit_tokens": ev.value(t.hit_tokens, side),
+        "swa_loaded": tuple(ev.value(x, side) for x in t.swa_loaded),
+        "full_loaded": tuple(ev.value(x, side) for x in t.full_loaded),
+    }

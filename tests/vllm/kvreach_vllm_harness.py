@@ -229,7 +229,7 @@ class Setup:
         assert g.kind == "swa"
         a = self.alignment_tokens()
         return GroupConfig(
-            block_size=g.block_size, window=g.window + g.extra_retained_tokens,
+            block_size=g.block_size, window=g.window, extra_retained_tokens=g.extra_retained_tokens,
             alignment_tokens=a, blocks_per_chunk=self.blocks_per_chunk,
             dcp_world_size=self.dcp_world_size, eagle=g.eagle,
             retention_interval=self.retention_interval if a is not None else None,

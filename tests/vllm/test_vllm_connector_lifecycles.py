@@ -179,7 +179,7 @@ def test_blocks_per_chunk(offline_model_dir, groups, blocks_per_chunk, abort_aft
 def test_extra_retained_tokens_widen_the_mask(offline_model_dir):
     setup = Setup((full(36), swa(4, 16, extra=5)), budget=300)
     k, _ = check_all(offline_model_dir, setup, 1000)
-    assert k.offload._kvreach_groups[1].window == 21
+    assert k.offload._kvreach_groups[1].mask_window_tokens == 21
 
 
 # --- dense fallbacks -------------------------------------------------------------------------

@@ -1,0 +1,289 @@
+"""vLLM 0.33.0's offload lookup (Z3): the load path that defines *loadable*.
+
+The Z3 twin of ``kvreach.impl.lookup``, written from vLLM's lookup code
+(``vllm/distributed/kv_transfer/kv_connector/v1/offloading/``), not from the
+store mask's assumption about it. Each element names what it models:
+
+- :func:`window_chunks`: ``config.py`` ``get_sliding_window_size_in_chunks``.
+- :func:`load_window_chunks`: ``GroupOffloadConfig.load_window_size_in_chunks``.
+- :func:`scan_loop`: ``OffloadingConnectorScheduler._sliding_window_lookup`` as
+  the loop runs it (unrolled over at most ``bound`` keys).
+- :func:`scan_end`: its closed form (the obligation ``lookup-scan-closed-form``
+  proves the two equal for every key count up to its bound).
+- :func:`prefix_end`: ``_maximal_prefix_lookup`` (HIT / MISS answers).
+- :func:`lookup`: ``_lookup_complete_chunks`` for one optional full-attention
+  group and one SWA group (EAGLE or not), and the chunk ranges
+  ``update_state_after_alloc`` loads (with ``SlidingWindowManager``'s null
+  padding, ``get_num_skipped_tokens``).
+
+Scope of :func:`lookup` (the executable twin covers more, and is checked
+against vLLM itself in tests/vllm/test_lookup_vllm.py): at most one
+full-attention group and exactly one SWA group, so ``_lookup_complete_chunks``
+makes one pass (a second pass needs two SWA groups, or a deferral); the
+manager answers HIT or MISS (deferral is modelled in the scan obligation and in
+the twin); ``max_num_new_tokens`` is None (vLLM's scheduler passes none); no
+partial tails, no Mamba groups.
+
+The scan and the lookup are quantifier-free over at most ``bound`` keys: the
+caller's premises must keep the scanned key counts inside the bound
+(:attr:`LookupTerms.scope`). :func:`forall_in` unrolls a range over
+``[0, bound)`` (or, with ``bound=None``, is a ``z3.ForAll``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import z3
+
+from kvreach.spec.config import _max, _min
+
+Pred = Callable[[z3.ArithRef], z3.BoolRef]
+
+
+def cdiv(a, b):
+    """``vllm.utils.math_utils.cdiv`` for ``b > 0`` (Z3 ``/`` floors then)."""
+    return -((-a) / b)
+
+
+def forall_in(lo, hi, pred: Pred, bound: int | None, name: str = "k") -> z3.BoolRef:
+    """``pred(k)`` for every integer ``k`` in ``[lo, hi)``."""
+    if bound is None:
+        k = z3.FreshInt(name)
+        return z3.ForAll([k], z3.Implies(z3.And(lo <= k, k < hi), pred(k)))
+    return z3.And([z3.Implies(z3.And(lo <= i, i < hi), pred(z3.IntVal(i))) for i in range(bound)]
+                  or [z3.BoolVal(True)])
+
+
+# ---------------------------------------------------------------------------
+# Windows
+# ---------------------------------------------------------------------------
+
+
+def window_chunks(W, extra, C):
+    """``get_sliding_window_size_in_chunks``: ``max(ceil(W / C), ceil((W - 1 +
+    extra_retained_tokens) / C))``."""
+    return _max(cdiv(W, C), cdiv(W - 1 + extra, C))
+
+
+def load_window_chunks(W, extra, C, candidate_end_tokens):
+    """``GroupOffloadConfig.load_window_size_in_chunks``: widened by the right
+    padding ``-candidate_end % C`` of a candidate end that is not chunk-aligned."""
+    return _max(window_chunks(W, extra, C), cdiv(W - 1 + extra + (-candidate_end_tokens) % C, C))
+
+
+# ---------------------------------------------------------------------------
+# The sliding-window scan: the loop and its closed form.
+# Answers per relative key index i: breaks(i) (MISS or RETRY), retry(i),
+# pending(i) (HIT_PENDING); a key that does not break is a hit.
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ScanResult:
+    end: z3.ArithRef  # end index (in the scanned keys) of the run found
+    deferred: z3.BoolRef  # the lookup returns None
+    side: list  # constraints defining fresh symbols
+
+
+def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
+             reset_window_on_break: bool = True, prefix: str = "scan") -> ScanResult:
+    """Closed form of ``_sliding_window_lookup`` over ``n <= bound`` keys: the
+    end is the largest ``e`` in ``[0, n]`` with ``e == n`` or key ``e``
+    breaking the run, and no break in ``[max(0, e - req(e)), e)``, where
+    ``req(n) = w0`` (the initial window) and ``req(e) = w`` below ``n``.
+    Deferred when a RETRY lies in ``[e, n)`` or a HIT_PENDING in
+    ``[max(0, e - req(e)), e)``. ``reset_window_on_break=False``: the mutant
+    that keeps ``w0`` throughout.
+
+    Encoded in O(bound) terms: ``last_break[e]`` is the last break below ``e``
+    (-1 if none), so "no break in ``[lo, e)``" is ``last_break[e] < lo``."""
+
+    def req(e):
+        return w0 if not reset_window_on_break else z3.If(e == n, w0, w)
+
+    last_break, last_pending = [z3.IntVal(-1)], [z3.IntVal(-1)]
+    for i in range(bound):
+        last_break.append(z3.If(breaks(z3.IntVal(i)), i, last_break[-1]))
+        last_pending.append(z3.If(pending(z3.IntVal(i)), i, last_pending[-1]))
+    retry_from = [z3.BoolVal(False)] * (bound + 1)
+    for i in range(bound - 1, -1, -1):
+        retry_from[i] = z3.Or(retry_from[i + 1], z3.And(i < n, retry(z3.IntVal(i))))
+
+    def lo(e):
+        return _max(0, e - req(e))
+
+    def qualifies(e: int):
+        return z3.And(e <= n, z3.Or(e == n, breaks(z3.IntVal(e))), last_break[e] < lo(e))
+
+    end = z3.Int(prefix + "_end")
+    side = [0 <= end, end <= n,
+            z3.Or([z3.And(end == e, qualifies(e)) for e in range(bound + 1)]),
+            z3.And([z3.Implies(e > end, z3.Not(qualifies(e))) for e in range(bound + 1)])]
+    deferred = z3.Or([
+        z3.And(end == e, z3.Or(retry_from[e], last_pending[e] >= lo(e)))
+        for e in range(bound + 1)])
+    return ScanResult(end, deferred, side)
+
+
+def scan_loop(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int) -> ScanResult:
+    """``_sliding_window_lookup`` as vLLM's loop runs it, unrolled for
+    ``idx = bound - 1 .. 0`` (iterations with ``idx >= n`` do nothing).
+    Requires ``n <= bound``."""
+    defer, pend, done = z3.BoolVal(False), z3.BoolVal(False), z3.BoolVal(False)
+    consecutive, required, result = z3.IntVal(0), w0, z3.IntVal(0)
+    result_deferred = z3.BoolVal(False)
+    for idx in range(bound - 1, -1, -1):
+        i = z3.IntVal(idx)
+        active = z3.And(i < n, z3.Not(done))
+        brk = breaks(i)
+        n_defer = z3.Or(defer, z3.And(brk, retry(i)))
+        n_pend = z3.If(brk, False, z3.Or(pend, pending(i)))
+        n_cons = z3.If(brk, 0, consecutive + 1)
+        n_req = z3.If(brk, w, required)
+        hit_now = n_cons == n_req
+        result = z3.If(z3.And(active, hit_now), i + n_req, result)
+        result_deferred = z3.If(z3.And(active, hit_now), z3.Or(n_defer, n_pend), result_deferred)
+        done = z3.Or(done, z3.And(active, hit_now))
+        defer = z3.If(active, n_defer, defer)
+        pend = z3.If(active, n_pend, pend)
+        consecutive = z3.If(active, n_cons, consecutive)
+        required = z3.If(active, n_req, required)
+    # fell off the left end: ``return None if defer or pending else consecutive``
+    end = z3.If(done, result, consecutive)
+    deferred = z3.If(done, result_deferred, z3.Or(defer, pend))
+    return ScanResult(end, deferred, [])
+
+
+def prefix_end(hit: Pred, start, stop, bound: int | None, prefix: str = "prefix") -> tuple:
+    """``_maximal_prefix_lookup`` over keys ``[start, stop)`` (HIT / MISS):
+    the first missing chunk at or after ``start``, or ``stop``."""
+    p = z3.Int(prefix + "_end")
+    stop = _max(start, stop)
+    side = [start <= p, p <= stop,
+            forall_in(start, p, hit, bound, prefix + "_c"),
+            z3.Or(p == stop, z3.Not(hit(p)))]
+    return p, side
+
+
+# ---------------------------------------------------------------------------
+# The whole lookup: one optional full-attention group and one SWA group.
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class LookupSym:
+    """Symbolic configuration of the lookup. Tokens unless named otherwise.
+
+    has_full / full_block_tokens: the full-attention group (``tokens_per_block``);
+    B: the SWA group's ``tokens_per_block`` (block size times DCP);
+    bpc: ``blocks_per_chunk`` (one value for every group, as in vLLM);
+    W, extra: ``sliding_window``, ``extra_retained_tokens``; eagle: the SWA
+    group is an EAGLE/MTP draft group;
+    num_tokens, local_hit_tokens, has_max_load / max_load_tokens: the later request.
+    """
+
+    has_full: z3.BoolRef
+    full_block_tokens: z3.ArithRef
+    B: z3.ArithRef
+    bpc: z3.ArithRef
+    W: z3.ArithRef
+    extra: z3.ArithRef
+    eagle: z3.BoolRef
+    num_tokens: z3.ArithRef
+    local_hit_tokens: z3.ArithRef
+    has_max_load: z3.BoolRef
+    max_load_tokens: z3.ArithRef
+
+    @staticmethod
+    def fresh(prefix: str = "lk_") -> "LookupSym":
+        I = lambda n: z3.Int(prefix + n)  # noqa: E731
+        Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
+        return LookupSym(
+            has_full=Bo("has_full"), full_block_tokens=I("full_block_tokens"),
+            B=I("swa_block_tokens"), bpc=I("blocks_per_chunk"), W=I("sliding_window"),
+            extra=I("extra_retained_tokens"), eagle=Bo("eagle"),
+            num_tokens=I("num_tokens"), local_hit_tokens=I("local_hit_tokens"),
+            has_max_load=Bo("has_max_load"), max_load_tokens=I("max_load_tokens"),
+        )
+
+    @property
+    def C(self):
+        """SWA ``tokens_per_chunk``."""
+        return self.B * self.bpc
+
+    @property
+    def C_full(self):
+        return self.full_block_tokens * self.bpc
+
+    @property
+    def e(self):
+        return z3.If(self.eagle, 1, 0)
+
+    def well_formed(self) -> z3.BoolRef:
+        """What vLLM accepts; the GPU-local hit is block-aligned for every
+        group (``update_state_after_alloc`` asserts it)."""
+        return z3.And(
+            self.full_block_tokens >= 1, self.B >= 1, self.bpc >= 1,
+            self.W >= 1, self.extra >= 0, self.num_tokens >= 1,
+            self.local_hit_tokens >= 0, self.local_hit_tokens <= self.num_tokens,
+            self.local_hit_tokens % self.B == 0,
+            z3.Implies(self.has_full, self.local_hit_tokens % self.full_block_tokens == 0),
+            self.max_load_tokens >= 0,
+        )
+
+
+@dataclass
+class LookupTerms:
+    hit_tokens: z3.ArithRef  # beyond local_hit_tokens (0: no hit)
+    swa_loaded: tuple  # [lo, hi) chunk range the SWA group loads
+    full_loaded: tuple  # [lo, hi) of the full-attention group
+    side: list  # definitions of fresh symbols
+    scope: z3.BoolRef  # the scanned key counts fit the bound
+
+
+def lookup(s: LookupSym, full_hit: Pred, swa_hit: Pred, bound: int,
+           prefix: str = "lk") -> LookupTerms:
+    """``_lookup_complete_chunks`` (one pass) and the loaded chunk ranges.
+    ``full_hit(c)`` / ``swa_hit(c)``: the manager answers HIT for chunk ``c``
+    (the later request's chunk index) of that group."""
+    local, T, C, Cf = s.local_hit_tokens, s.num_tokens, s.C, s.C_full
+    m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T)
+    m = m - 1  # an SWA group exists: the last prompt token is recomputed
+    zero = []
+    # full-attention group (prefix lookup)
+    m1 = _min(m, T / Cf * Cf)
+    m1 = z3.If(s.has_max_load, m1 / Cf * Cf, m1)
+    f_start, f_stop = local / Cf, cdiv(m1, Cf)
+    f_end, f_side = prefix_end(full_hit, f_start, f_stop, bound, prefix + "_full")
+    m2 = _min(m1, Cf * f_end)
+    zero.append(z3.And(s.has_full, z3.Or(m1 - local < Cf, f_end == f_start, m2 - local < Cf)))
+    m2 = z3.If(s.has_full, m2, m)
+    # SWA group (right-to-left scan), EAGLE pop
+    n_keys = T / C
+    m3 = _min(m2, n_keys * C)
+    m3 = z3.If(s.has_max_load, m3 / C * C, m3)
+    query_max = z3.If(s.eagle, _min(m3 + C, n_keys * C), m3)
+    num_chunks = _min(cdiv(query_max, C), n_keys)
+    start = local / C
+    w = window_chunks(s.W, s.extra, C) + s.e
+    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.e) * C)) + s.e
+    n = _max(0, num_chunks - start)
+    scan = scan_end(lambda i: z3.Not(swa_hit(start + i)), lambda i: z3.BoolVal(False),
+                    lambda i: z3.BoolVal(False), n, w, w0, bound, prefix + "_swa")
+    m4 = _min(m3, C * (start + scan.end - s.e))
+    zero.append(z3.Or(m3 - local < C, scan.end == 0, m4 - local < C))
+    hit = z3.If(z3.Or(zero), 0, m4 - local)
+    # update_state_after_alloc: loaded chunk ranges
+    total = local + hit
+    B = s.B
+    skipped_blocks = _max(0, total - s.W + 1 - s.extra) / B
+    swa_start_block = _max(cdiv(local, B), skipped_blocks)
+    swa_loads = z3.And(hit > 0, swa_start_block < cdiv(total, B))
+    swa_loaded = (z3.If(swa_loads, swa_start_block / s.bpc, 0), z3.If(swa_loads, cdiv(total, C), 0))
+    full_loads = z3.And(s.has_full, hit > 0)
+    full_loaded = (z3.If(full_loads, cdiv(local, s.full_block_tokens) / s.bpc, 0),
+                   z3.If(full_loads, cdiv(total, Cf), 0))
+    scope = z3.And(n <= bound, z3.Implies(s.has_full, _max(0, f_stop - f_start) <= bound))
+    return LookupTerms(hit, swa_loaded, full_loaded, f_side + scan.side, scope)

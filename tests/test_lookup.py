@@ -1,0 +1,129 @@
+"""The offload lookup: the executable twin (``kvreach.impl.lookup``) and the
+Z3 model (``kvreach.spec.lookup``) agree, and the twin's scan loop equals its
+closed form. (The twin equals vLLM 0.33.0's own lookup: tests/vllm/test_lookup_vllm.py.)
+
+Every spec answer goes through ``kvreach.spec.evaluate.lookup_values`` (solver
+and substitution checks); nothing of the spec is re-implemented here. The Z3
+model's scope: at most one full-attention group and one SWA group, HIT / MISS
+answers; cases are drawn inside it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kvreach.impl.lookup import (
+    Answer, LaterRequest, LookupGroup, StoreContent, lookup, sliding_window_end,
+    sliding_window_lookup,
+)
+from kvreach.params import ParamError
+from kvreach.spec.evaluate import lookup_values
+
+SCALE = int(os.environ.get("KVREACH_EQ_SCALE", "1"))
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+answers = st.lists(st.sampled_from(list(Answer)), max_size=30)
+
+
+@settings(max_examples=500 * SCALE, **SETTINGS)
+@given(answers=answers, w=st.integers(1, 8), extra=st.integers(0, 4))
+def test_scan_loop_equals_closed_form(answers, w, extra):
+    assert sliding_window_lookup(answers, w, w + extra) == sliding_window_end(answers, w, w + extra)
+
+
+def test_scan_mutant_differs():
+    """Keeping the initial window after a break is a different function."""
+    H, M = Answer.HIT, Answer.MISS
+    a = [M, H, H, M, H, H]
+    assert sliding_window_lookup(a, 2, 3) == sliding_window_end(a, 2, 3) == 3
+    assert sliding_window_end(a, 2, 3, reset_window_on_break=False) == 0
+
+
+@st.composite
+def lookup_cases(draw):
+    B = draw(st.sampled_from([2, 3, 4, 6, 8]))
+    bpc = draw(st.integers(1, 3))
+    full_block = draw(st.one_of(st.none(), st.sampled_from([B, 2 * B, 3 * B, 6 * B])))
+    W = draw(st.integers(1, 6 * B))
+    extra = draw(st.sampled_from([0, 0, 1, 3, B]))
+    eagle = draw(st.integers(0, 3)) == 0
+    C = B * bpc
+    T = draw(st.integers(1, 14 * C))
+    unit = full_block * bpc if full_block is not None else B
+    unit = max(unit, B) if full_block is None or full_block % B == 0 else unit * B
+    local = draw(st.integers(0, T // unit)) * (full_block if full_block else B)
+    local = local - local % B if full_block is None else local
+    max_load = draw(st.one_of(st.none(), st.integers(0, T)))
+    n_full = T // (full_block * bpc) if full_block else 0
+    kind = draw(st.sampled_from(["dense", "random", "holes"]))
+    n_swa = T // C
+    if kind == "dense":
+        swa = set(range(n_swa))
+    elif kind == "random":
+        swa = {c for c in range(n_swa) if draw(st.booleans())}
+    else:
+        swa = set(range(n_swa)) - set(draw(st.lists(st.integers(0, max(0, n_swa - 1)), max_size=3)))
+    full = set(range(draw(st.integers(0, n_full)))) if full_block else set()
+    return full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa
+
+
+@settings(max_examples=150 * SCALE, **SETTINGS)
+@given(case=lookup_cases())
+def test_spec_equals_twin(case):
+    full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa = case
+    groups = ([LookupGroup(full_block, bpc)] if full_block else []) + [
+        LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle)]
+    gi = len(groups) - 1
+    content = StoreContent.of_chunks(([sorted(full)] if full_block else []) + [sorted(swa)])
+    twin = lookup(groups, LaterRequest(T, local, max_load), content)
+    spec = lookup_values(
+        full_block_tokens=full_block, swa_block_tokens=B, blocks_per_chunk=bpc, window=W,
+        extra_retained_tokens=extra, eagle=eagle, num_tokens=T, local_hit_tokens=local,
+        max_load_tokens=max_load, full_chunks=full, swa_chunks=swa)
+    assert spec["hit_tokens"] == twin.hit_tokens
+    r = twin.loaded[gi]
+    assert (spec["swa_loaded"] if len(r) else (0, 0)) == ((r.start, r.stop) if len(r) else (0, 0))
+    if full_block:
+        rf = twin.loaded[0]
+        assert (spec["full_loaded"] if len(rf) else (0, 0)) == ((rf.start, rf.stop) if len(rf) else (0, 0))
+    event("hit" if twin.hit_tokens else "no hit")
+
+
+def test_measured_example():
+    """Issue 9's measurement: stock vLLM 0.33.0's stores of a 1188-token
+    prompt (full-attention block 36, SWA block 4, window 17) give the same
+    prompt 0 hit tokens; every chunk stored gives 1187."""
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.params import GroupConfig, RequestConfig
+
+    tr = run("vllm-0.33", GroupConfig(4, 17, 36), RequestConfig(1188), Lifecycle(budget=1000))
+    groups = [LookupGroup(36), LookupGroup(4, window_tokens=17)]
+    req = LaterRequest(1188)
+    assert lookup(groups, req, StoreContent.of_chunks([range(33), sorted(tr.stored)])).hit_tokens == 0
+    assert lookup(groups, req, StoreContent.of_chunks([range(33), range(297)])).hit_tokens == 1187
+    spec = lookup_values(full_block_tokens=36, swa_block_tokens=4, blocks_per_chunk=1, window=17,
+                         extra_retained_tokens=0, eagle=False, num_tokens=1188,
+                         local_hit_tokens=0, max_load_tokens=None, full_chunks=range(33),
+                         swa_chunks=tr.stored)
+    assert spec["hit_tokens"] == 0
+
+
+@pytest.mark.parametrize("kw,param", [
+    (dict(block_tokens=0), "block_tokens"), (dict(block_tokens=4, window_tokens=0), "window_tokens"),
+    (dict(block_tokens=4, extra_retained_tokens=2), "extra_retained_tokens"),
+    (dict(block_tokens=4, blocks_per_chunk=True), "blocks_per_chunk"),
+])
+def test_bad_group(kw, param):
+    with pytest.raises(ParamError) as e:
+        LookupGroup(**kw)
+    assert e.value.param == param
+
+
+def test_bad_request():
+    with pytest.raises(ParamError) as e:
+        LaterRequest(10, local_hit_tokens=11)
+    assert e.value.param == "local_hit_tokens"
