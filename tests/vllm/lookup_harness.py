@@ -69,7 +69,8 @@ class LookupRecorder:
         self.answers: dict[object, LookupResult] = {}
         self.observations: list[Observation] = []
         self.stored_keys: dict[str, list] = {}  # prepare_store keys, per request
-        self.prompt_keys: dict[str, list] = {}  # every key of the request's first lookup
+        # every key of the request's first lookup -> (group, chunk)
+        self.prompt_keys: dict[str, dict] = {}
         run.manager.lookup.side_effect = self._lookup
         run.manager.prepare_load = self._prepare_load
         store = run.manager.prepare_store.side_effect
@@ -99,8 +100,7 @@ class LookupRecorder:
 
     def _observe(self, request, local: int, hit) -> Observation:
         st = self.offload._req_status[request.request_id]
-        self.prompt_keys.setdefault(
-            request.request_id, [k for gs in st.group_states for k in gs.offload_keys])
+        self.prompt_keys.setdefault(request.request_id, self.key_positions(request.request_id))
         by_kind: dict[Answer, set] = {a: set() for a in Answer}
         for key, pos in self.key_positions(request.request_id).items():
             by_kind[TO_ANSWER[self.answers.get(key, LookupResult.MISS)]].add(pos)

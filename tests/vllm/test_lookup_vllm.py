@@ -288,3 +288,63 @@ def test_twin_equals_vllm_lookup_dcp2(data):
     twin_hit = lookup_hit_tokens(groups, LaterRequest(num_tokens, local, max_load), content)
     event("hit" if vllm_hit else "no hit")
     assert twin_hit == vllm_hit
+
+
+# --- kvreach lookup's scenarios, replayed on vLLM -----------------------------------------
+
+SCENARIOS = [
+    # (name, setup, prompt, budget-steps kwargs, later_prompt, diverges_at)
+    ("issue-9 measurement", Setup((full(36), swa(4, 17))), 1188, {}, 1188, None),
+    ("PR #54362 example", Setup((full(36), swa(4, 16))), 1200, {}, 1200, None),
+    ("PR example, aborted after step 1", Setup((full(36), swa(4, 16))), 1200,
+     {"abort_after_step": 1}, 1200, None),
+    ("later request diverges inside a segment", Setup((full(36), swa(4, 16))), 1200, {}, 1500, 1001),
+    ("later request shorter", Setup((full(36), swa(4, 16))), 1200, {}, 1003, None),
+    ("extra retained tokens", Setup((full(36), swa(4, 16, extra=5))), 1000, {}, 1000, None),
+    ("SWA only", Setup((swa(4, 16),)), 777, {}, 900, None),
+    ("blocks_per_chunk 2", Setup((full(16), swa(8, 17)), blocks_per_chunk=2), 900, {}, 900, None),
+]
+
+
+@pytest.mark.parametrize("name,setup,prompt,lc,later,diverges", SCENARIOS, ids=[s[0] for s in SCENARIOS])
+def test_kvreach_lookup_scenario_replays_on_vllm(offline_model_dir, name, setup, prompt, lc,
+                                                  later, diverges):
+    """``kvreach.impl.worlds.later_lookup`` (what ``kvreach lookup`` prints)
+    against vLLM: the earlier request runs through the real scheduler with the
+    stock 0.33 connector (budget 1000), the manager answers HIT for exactly the
+    keys its prepare_store accepted (then: for every computed key, dense), and
+    the later request's hit is vLLM's."""
+    from kvreach_vllm_harness import SchedulerRun, STOCK
+
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.impl.worlds import later_lookup
+    from kvreach.params import RequestConfig
+
+    swa_idx = setup.swa_groups()[0]
+    trace = run("vllm-0.33", setup.kvreach_group(swa_idx), RequestConfig(prompt),
+                Lifecycle(budget=setup.budget, **lc))
+    predicted = later_lookup(tuple(lookup_groups(setup)), trace, later, diverges)
+    r = SchedulerRun(setup, STOCK, offline_model_dir)
+    rec = LookupRecorder(r)
+    stored = prompt_token_ids(prompt, seed=21)
+    rid = new_id("stored-")
+    r.add_request(rid, prompt, max_tokens=1, token_ids=stored)
+    if "abort_after_step" in lc:
+        for _ in range(lc["abort_after_step"]):
+            r.step()
+        r.abort(rid)
+    r.run_to_completion()
+    assert sorted(c for k, (g, c) in rec.prompt_keys[rid].items()
+                  if g == swa_idx and k in set(rec.stored_keys[rid])) == sorted(trace.stored)
+    later_ids = later_tokens(stored, later, diverges)
+    for content, want in (("rule", predicted.rule), ("dense", predicted.dense)):
+        if content == "rule":
+            rec.answers = {k: LookupResult.HIT for k in rec.stored_keys[rid]}
+        else:
+            rec.answers = {k: LookupResult.HIT for k, (g, c) in rec.prompt_keys[rid].items()
+                           if (c + 1) * lookup_groups(setup)[g].chunk_tokens <= trace.computed_tokens}
+        assert r.scheduler.reset_prefix_cache()
+        obs = later_lookups(rec, later_ids)
+        check(setup, obs)
+        assert obs[-1].hit_tokens == want.hit_tokens, content
+        assert obs[-1].loaded == want.loaded_keys(), content

@@ -1,0 +1,107 @@
+"""What the offload tier holds when a later request looks up, and the hit
+that request gets (``kvreach lookup``).
+
+World *single request*: the tier holds exactly the chunks one earlier request
+submitted (a repeated prompt, a shared system prompt), and nothing else.
+A chunk of the later request is a HIT iff the earlier request stored the chunk
+with the same key: same group, same index, and the whole chunk inside the
+prefix the two requests share (keys are prefix hashes). The earlier request's
+SWA chunks come from the store rule (``kvreach.impl.lifecycle``); its
+full-attention chunks are every chunk it could offload (``_build_store_jobs``
+applies no mask to them). *Dense* is the same world with every chunk the
+earlier request computed stored, the reference for lost hits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvreach.impl.lifecycle import Trace
+from kvreach.impl.lookup import LaterRequest, LookupGroup, LookupOutcome, StoreContent, lookup
+from kvreach.params import ParamError
+
+
+@dataclass(frozen=True)
+class LaterLookup:
+    """The later request's lookup under the rule's stores and under dense ones."""
+
+    groups: tuple[LookupGroup, ...]
+    request: LaterRequest
+    shared_tokens: int
+    stored: tuple[tuple[int, ...], ...]  # per group, the earlier request's stores
+    rule: LookupOutcome
+    dense: LookupOutcome
+
+    @property
+    def missing(self) -> tuple[tuple[int, ...], ...]:
+        """Per group: chunks the dense lookup loads that the rule did not store."""
+        return tuple(tuple(c for c in r if c not in set(st))
+                     for r, st in zip(self.dense.loaded, self.stored))
+
+    def to_json(self) -> dict:
+        return {
+            "hit_tokens": self.rule.hit_tokens,
+            "dense_hit_tokens": self.dense.hit_tokens,
+            "lost_hit_tokens": (self.dense.hit_tokens or 0) - (self.rule.hit_tokens or 0),
+            "later_prompt": self.request.num_tokens,
+            "local_hit_tokens": self.request.local_hit_tokens,
+            "shared_tokens": self.shared_tokens,
+            "groups": [
+                {"kind": "swa" if g.is_swa else "full", "block_tokens": g.block_tokens,
+                 "chunk_tokens": g.chunk_tokens, "window_tokens": g.window_tokens,
+                 "extra_retained_tokens": g.extra_retained_tokens, "eagle": g.eagle,
+                 "window_chunks": g.window_chunks,
+                 "stored_chunks": len(st), "loaded": [r.start, r.stop] if len(r) else [],
+                 "dense_loaded": [d.start, d.stop] if len(d) else [],
+                 "missing_chunks": list(m)}
+                for g, st, r, d, m in zip(self.groups, self.stored, self.rule.loaded,
+                                          self.dense.loaded, self.missing)
+            ],
+        }
+
+
+def stored_chunks(groups: tuple[LookupGroup, ...], trace: Trace) -> tuple[tuple[int, ...], ...]:
+    """The earlier request's stores per group: the rule's SWA chunks (the SWA
+    group of the trace), every offloadable chunk of a full-attention group."""
+    offloadable = max((s.offloadable_tokens for s in trace.steps), default=0)
+    return tuple(
+        tuple(trace.stored) if g.is_swa else tuple(range(offloadable // g.chunk_tokens))
+        for g in groups
+    )
+
+
+def computed_chunks(groups: tuple[LookupGroup, ...], trace: Trace) -> tuple[tuple[int, ...], ...]:
+    """Dense: every chunk of the earlier request's computed tokens."""
+    return tuple(tuple(range(trace.computed_tokens // g.chunk_tokens)) for g in groups)
+
+
+def single_request_content(groups, chunks_per_group, shared_tokens: int) -> StoreContent:
+    """The later request's HIT keys: stored chunks wholly inside the shared prefix."""
+    return StoreContent.of_chunks([
+        [c for c in chunks if (c + 1) * g.chunk_tokens <= shared_tokens]
+        for g, chunks in zip(groups, chunks_per_group)
+    ])
+
+
+def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: int,
+                 diverges_at: int | None = None, local_hit_tokens: int = 0,
+                 max_load_tokens: int | None = None) -> LaterLookup:
+    """A later request of ``later_prompt`` tokens sharing the earlier
+    request's prompt up to ``diverges_at`` (default: all of it) looks up."""
+    if diverges_at is not None and diverges_at < 0:
+        raise ParamError("later_diverges_at", diverges_at, "an integer >= 0")
+    shared = min(later_prompt, trace.request.prompt_tokens,
+                 trace.request.prompt_tokens if diverges_at is None else diverges_at)
+    for g in groups:
+        if local_hit_tokens % g.block_tokens:
+            raise ParamError("later_local_hit", local_hit_tokens,
+                             f"a multiple of every group's block ({g.block_tokens} tokens): "
+                             "vLLM passes a block-aligned GPU hit")
+    if local_hit_tokens > shared:
+        raise ParamError("later_local_hit", local_hit_tokens,
+                         f"at most the shared prefix ({shared} tokens): a GPU hit is a shared prefix")
+    req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens)
+    stored = stored_chunks(groups, trace)
+    rule = lookup(groups, req, single_request_content(groups, stored, shared))
+    dense = lookup(groups, req, single_request_content(groups, computed_chunks(groups, trace), shared))
+    return LaterLookup(groups, req, shared, stored, rule, dense)
