@@ -9,7 +9,10 @@ prefix the two requests share (keys are prefix hashes). The earlier request's
 SWA chunks come from the store rule (``kvreach.impl.lifecycle``); its
 full-attention chunks are every chunk it could offload (``_build_store_jobs``
 applies no mask to them). *Dense* is the same world with every chunk the
-earlier request computed stored, the reference for lost hits.
+earlier request could offload stored (its computed tokens, capped as
+``_calc_num_offloadable_tokens`` caps them: the prompt with
+``offload_prompt_only``, ``max_offload_tokens``), the reference for lost hits:
+it differs from the rule only by the SWA mask.
 """
 
 from __future__ import annotations
@@ -60,19 +63,23 @@ class LaterLookup:
         }
 
 
+def offloadable_tokens(trace: Trace) -> int:
+    """The most tokens any step of the earlier request could offload."""
+    return max((s.offloadable_tokens for s in trace.steps), default=0)
+
+
 def stored_chunks(groups: tuple[LookupGroup, ...], trace: Trace) -> tuple[tuple[int, ...], ...]:
     """The earlier request's stores per group: the rule's SWA chunks (the SWA
     group of the trace), every offloadable chunk of a full-attention group."""
-    offloadable = max((s.offloadable_tokens for s in trace.steps), default=0)
     return tuple(
-        tuple(trace.stored) if g.is_swa else tuple(range(offloadable // g.chunk_tokens))
-        for g in groups
+        tuple(trace.stored) if g.is_swa else dense_chunks((g,), trace)[0] for g in groups
     )
 
 
-def computed_chunks(groups: tuple[LookupGroup, ...], trace: Trace) -> tuple[tuple[int, ...], ...]:
-    """Dense: every chunk of the earlier request's computed tokens."""
-    return tuple(tuple(range(trace.computed_tokens // g.chunk_tokens)) for g in groups)
+def dense_chunks(groups: tuple[LookupGroup, ...], trace: Trace) -> tuple[tuple[int, ...], ...]:
+    """Dense: every offloadable chunk of the earlier request, every group."""
+    off = offloadable_tokens(trace)
+    return tuple(tuple(range(off // g.chunk_tokens)) for g in groups)
 
 
 def single_request_content(groups, chunks_per_group, shared_tokens: int) -> StoreContent:
@@ -103,5 +110,5 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
     req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens)
     stored = stored_chunks(groups, trace)
     rule = lookup(groups, req, single_request_content(groups, stored, shared))
-    dense = lookup(groups, req, single_request_content(groups, computed_chunks(groups, trace), shared))
+    dense = lookup(groups, req, single_request_content(groups, dense_chunks(groups, trace), shared))
     return LaterLookup(groups, req, shared, stored, rule, dense)

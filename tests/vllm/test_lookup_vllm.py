@@ -312,12 +312,12 @@ def test_kvreach_lookup_scenario_replays_on_vllm(offline_model_dir, name, setup,
     """``kvreach.impl.worlds.later_lookup`` (what ``kvreach lookup`` prints)
     against vLLM: the earlier request runs through the real scheduler with the
     stock 0.33 connector (budget 1000), the manager answers HIT for exactly the
-    keys its prepare_store accepted (then: for every computed key, dense), and
+    keys its prepare_store accepted (then: for every offloadable key, dense), and
     the later request's hit is vLLM's."""
     from kvreach_vllm_harness import SchedulerRun, STOCK
 
     from kvreach.impl.lifecycle import Lifecycle, run
-    from kvreach.impl.worlds import later_lookup
+    from kvreach.impl.worlds import later_lookup, offloadable_tokens
     from kvreach.params import RequestConfig
 
     swa_idx = setup.swa_groups()[0]
@@ -342,7 +342,8 @@ def test_kvreach_lookup_scenario_replays_on_vllm(offline_model_dir, name, setup,
             rec.answers = {k: LookupResult.HIT for k in rec.stored_keys[rid]}
         else:
             rec.answers = {k: LookupResult.HIT for k, (g, c) in rec.prompt_keys[rid].items()
-                           if (c + 1) * lookup_groups(setup)[g].chunk_tokens <= trace.computed_tokens}
+                           if (c + 1) * lookup_groups(setup)[g].chunk_tokens
+                           <= offloadable_tokens(trace)}
         assert r.scheduler.reset_prefix_cache()
         obs = later_lookups(rec, later_ids)
         check(setup, obs)
