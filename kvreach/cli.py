@@ -18,7 +18,6 @@ import os
 import sys
 import time
 import typing
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,34 +310,6 @@ def _cex_line(row) -> str:
     return s
 
 
-def _junit(rows: list, path: Path, total: float) -> None:
-    suites = ET.Element("testsuites")
-    suite = ET.SubElement(suites, "testsuite", {
-        "name": "kvreach.prove", "tests": str(len(rows)),
-        "failures": str(sum(1 for r in rows if not r.ok)), "errors": "0",
-        "skipped": "0", "time": f"{total:.3f}",
-    })
-    for r in rows:
-        tc = ET.SubElement(suite, "testcase", {
-            "classname": f"kvreach.prove.{r.obligation}",
-            "name": f"{r.obligation}[{r.rule},{r.load_model}]",
-            "time": f"{r.seconds:.3f}",
-        })
-        if not r.ok:
-            f = ET.SubElement(tc, "failure", {
-                "message": f"verdict {r.verdict}, expected {r.expected}",
-                "type": r.verdict,
-            })
-            f.text = (
-                f"verdict={r.verdict} expected={r.expected} non_vacuous={r.non_vacuous} "
-                f"mutant={r.mutant} mutant_rejected={r.mutant_rejected} detail={r.detail}"
-            )
-        out = ET.SubElement(tc, "system-out")
-        out.text = json.dumps(r.to_json(), default=str)
-    ET.indent(suites)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
-
-
 def _prove_table(rows: list) -> Table:
     """One row per (obligation, rule, load model); scope as a footnote number."""
     scopes = list(dict.fromkeys(r.scope for r in rows))
@@ -364,46 +335,6 @@ def _prove_table(rows: list) -> Table:
     return table
 
 
-def _git_commit() -> str | None:
-    """HEAD of the checkout kvreach runs from (``-dirty`` with local changes to
-    tracked files), or None outside git."""
-    import subprocess
-
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=here, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def _run_header(obligation, rule, load_model, total: float) -> dict:
-    """The ``run`` header of ``prove --json``: what ran, with which versions,
-    when (one field) and how long; every other field is reproducible."""
-    import platform
-    from datetime import datetime, timezone
-    from importlib import metadata
-
-    import z3
-
-    try:
-        version = metadata.version("kvreach")
-    except metadata.PackageNotFoundError:  # pragma: no cover
-        version = None
-    return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "kvreach": version, "git_commit": _git_commit(),
-        "z3": z3.get_version_string(), "python": platform.python_version(),
-        "selection": {"obligation": obligation, "rule": rule, "load_model": load_model},
-        "seconds": round(total, 3),
-    }
-
-
 @app.command()
 def prove(
     rule: RuleOpt = None,
@@ -413,7 +344,7 @@ def prove(
     junit_file: Annotated[Optional[Path], typer.Option("--junit", help="write JUnit XML")] = None,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
-    from kvreach.proofs import runner
+    from kvreach.proofs import results, runner
     from kvreach.proofs.obligations import OBLIGATIONS
 
     _check_choice("--rule", rule, check_rule)
@@ -426,7 +357,7 @@ def prove(
     order = [t for t in todo if t[0] == "invariant"] + [t for t in todo if t[0] != "invariant"]
     out, err = _out(), _err()
     rows = []
-    header = _run_header(obligation, rule, load_model, 0.0)  # the code and time it starts with
+    header = results.run_header(obligation, rule, load_model, 0.0)  # the code and time it starts with
     t0 = time.perf_counter()
     from rich.progress import (
         BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
@@ -470,14 +401,12 @@ def prove(
 
     try:
         if json_file is not None:
-            doc = {"run": {**header, "seconds": round(total, 3)},
-                   "rows": [r.to_json() for r in rows]}
-            json_file.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+            results.write_json(json_file, header, rows, total)
     except OSError as e:
         raise CliError("--json", json_file, f"a writable file ({e.strerror})") from None
     try:
         if junit_file is not None:
-            _junit(rows, junit_file, total)
+            results.write_junit(rows, junit_file, total)
     except OSError as e:
         raise CliError("--junit", junit_file, f"a writable file ({e.strerror})") from None
     if not rows or n_ok != len(rows):
@@ -960,10 +889,10 @@ def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
 
 
 def _read_results(flag: str, path: Path) -> dict:
-    from kvreach.proofs import catalog as cat
+    from kvreach.proofs.results import load_results
 
     try:
-        return cat.load_results(path)
+        return load_results(path)
     except (OSError, ValueError) as e:
         why = getattr(e, "strerror", None) or str(e)
         raise CliError(flag, path, f"a `kvreach prove --json` file ({why})") from None

@@ -5,17 +5,15 @@ next to the latest proof run's.
 Data flows one way: the registry (``proofs.obligations.OBLIGATIONS``), the
 mutants (``proofs.mutants``), the expected-verdict table
 (``proofs/expected.toml``), the latest run's JSON (``kvreach prove --json
-docs/proof-results.json``) and the finding headings of ``docs/findings.md``
+docs/proof-results.json``, read by ``proofs.results.load_results``) and the finding headings of ``docs/findings.md``
 -> Markdown. Nothing runs a solver here; the output depends only on those
 inputs. Only the CLI (``kvreach catalog``) and the tests import this module.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from pathlib import Path
 
 from kvreach.proofs.mutants import MUTANTS, VARIANTS
 from kvreach.proofs.obligations import OBLIGATIONS
@@ -38,17 +36,6 @@ def run_order() -> list[Key]:
     (the invariants first: lifecycle proofs rest on them)."""
     todo = list(rows_for(None, None, None))
     return [k for k in todo if k[0] == "invariant"] + [k for k in todo if k[0] != "invariant"]
-
-
-def load_results(path: Path) -> dict:
-    """``{"run": header, "rows": [...]}`` as ``kvreach prove --json`` writes
-    it (a bare list of rows, as older versions wrote, gets an empty header)."""
-    doc = json.loads(Path(path).read_text())
-    if isinstance(doc, list):
-        doc = {"run": {}, "rows": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise ValueError("not a `kvreach prove --json` file (no 'rows' list)")
-    return doc
 
 
 def expected_findings() -> dict[Key, list[str]]:

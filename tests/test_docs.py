@@ -315,6 +315,8 @@ def test_layering():
     forbid(lambda m: m != "kvreach.cli", lambda m: m == "kvreach.cli", "only the entry point")
     forbid(lambda m: _in(m, "kvreach.proofs") and m != "kvreach.proofs.catalog",
            lambda m: m == "kvreach.proofs.catalog", "catalog is read by the CLI only")
+    forbid(lambda m: m == "kvreach.proofs.results", lambda m: True,
+           "the run's file formats are read and written without the rest")
     forbid(lambda m: m == "kvreach.plot", lambda m: m != "kvreach.params",
            "plot draws traces it is given")
     forbid(lambda m: m == "kvreach.diagram", lambda m: not _in(m, "kvreach.spec"),
