@@ -752,7 +752,7 @@ def counterexample(
              "the decoded final horizon against the loadable chunks")] = None,
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
-    from kvreach.proofs import runner
+    from kvreach.proofs import counterexample as search
     from kvreach.proofs.obligations import OBLIGATIONS
 
     if obligation not in OBLIGATIONS:
@@ -771,34 +771,17 @@ def counterexample(
                            "a lifecycle obligation or " + ", ".join(MAPPABLE_STATIC)
                            + f" ('{obligation}' has no chunk map)")
         _plot_paths("--plot", plot_file)
-    r = rule if ob.rule_specific else "any"
-    m = load_model if ob.model_specific else "any"
-    concrete_rule = "vllm-0.33" if r == "any" else r
-    concrete_model = "intended" if m == "any" else m
-
     t0 = time.perf_counter()
     err = _err()
-    depth = cex = None
-    verdict, detail = None, ""
+    r, m = search.row_key(obligation, rule, load_model)
     with err.status(f"searching {obligation}/{r}/{m} ..."):
         try:
-            if ob.kind == "lifecycle" and obligation != "invariant":
-                depth, cex = runner.find_counterexample(obligation, concrete_rule, concrete_model)
-                if cex is not None:
-                    verdict = "counterexample"
-            if verdict is None:
-                inv = {}
-                if ob.kind == "lifecycle" and obligation != "invariant":
-                    inv_row = runner.run_row("invariant", concrete_rule, "any", {})
-                    inv[concrete_rule] = inv_row.verdict == "proved"
-                row = runner.run_row(obligation, r, m, inv)
-                verdict, detail, cex = row.verdict, row.detail, row.counterexample
+            found = search.search(obligation, rule, load_model)
         except ParamError as e:
             raise _from_param_error(e) from None
     secs = time.perf_counter() - t0
-    replayed = (cex or {}).get("replayed_violation")
-    if verdict == "counterexample" and ob.kind == "lifecycle" and not replayed:
-        detail = detail or "counterexample did NOT replay through the executable rule"
+    verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
+    concrete_rule, concrete_model = found.concrete_rule, found.concrete_model
 
     if as_json:
         doc = {"obligation": obligation, "rule": r, "load_model": m, "verdict": verdict,
