@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import Abort as _Abort
 
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
+from kvreach.scenario import Scenario, run_scenario
 
 if TYPE_CHECKING:
     from kvreach.impl.lifecycle import Trace
@@ -418,41 +419,6 @@ def prove(
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """One request's scenario as given on the command line (``simulate`` and
-    ``plot``); :func:`_run_scenario` validates it and drives the rule."""
-
-    swa_block_size: int
-    window: int
-    prompt: int
-    budget: int
-    full_block_size: int | None = None
-    blocks_per_chunk: int = 1
-    dcp: int = 1
-    eagle: bool = False
-    retention_interval: int | None = None
-    max_offload_tokens: int | None = None
-    offload_prompt_only: bool = True
-    abort_after_step: int | None = None
-    async_scheduling: bool = False
-    decode: int = 0
-    load_model: str = "intended"
-
-    def config(self, rule: str) -> dict:
-        """The ``config`` object of ``simulate --json`` (option names)."""
-        return {
-            "rule": rule, "load_model": self.load_model,
-            "full_block_size": self.full_block_size, "swa_block_size": self.swa_block_size,
-            "window": self.window, "blocks_per_chunk": self.blocks_per_chunk, "dcp": self.dcp,
-            "eagle": self.eagle, "retention_interval": self.retention_interval,
-            "prompt": self.prompt, "budget": self.budget,
-            "max_offload_tokens": self.max_offload_tokens,
-            "offload_prompt_only": self.offload_prompt_only, "decode": self.decode,
-            "abort_after_step": self.abort_after_step, "async": self.async_scheduling,
-        }
-
-
 _REQUIRED = inspect.Parameter.empty
 
 
@@ -522,32 +488,9 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 def _run_scenario(rule: str, s: Scenario) -> Trace:
-    """Validate ``s`` (one-line errors naming the flag) and drive it through
-    the executable rule ``rule``."""
-    from kvreach.impl.lifecycle import Lifecycle, run
-    from kvreach.params import GroupConfig, RequestConfig
-
-    for flag, v, lo in [
-        ("--swa-block-size", s.swa_block_size, 1), ("--window", s.window, 1),
-        ("--prompt", s.prompt, 1), ("--budget", s.budget, 1),
-        ("--full-block-size", s.full_block_size, 1), ("--blocks-per-chunk", s.blocks_per_chunk, 1),
-        ("--dcp", s.dcp, 1), ("--retention-interval", s.retention_interval, 0),
-        ("--max-offload-tokens", s.max_offload_tokens, 0),
-        ("--abort-after-step", s.abort_after_step, 0), ("--decode", s.decode, 0),
-    ]:
-        _need_int(flag, v, lo)
-    unit = s.full_block_size if s.full_block_size is not None else s.swa_block_size
+    """Run ``s`` through the rule, its ParamErrors as one-line errors naming the flag."""
     try:
-        g = GroupConfig(
-            block_size=s.swa_block_size, window=s.window,
-            alignment_tokens=unit * s.dcp * s.blocks_per_chunk,
-            blocks_per_chunk=s.blocks_per_chunk, dcp_world_size=s.dcp, eagle=s.eagle,
-            retention_interval=s.retention_interval,
-        )
-        req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
-        lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,
-                       async_scheduling=s.async_scheduling)
-        return run(rule, g, req, lc)
+        return run_scenario(rule, s)
     except ParamError as e:
         raise _from_param_error(e) from None
 

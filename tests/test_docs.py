@@ -315,6 +315,9 @@ def test_layering():
     forbid(lambda m: m != "kvreach.cli", lambda m: m == "kvreach.cli", "only the entry point")
     forbid(lambda m: _in(m, "kvreach.proofs") and m != "kvreach.proofs.catalog",
            lambda m: m == "kvreach.proofs.catalog", "catalog is read by the CLI only")
+    forbid(lambda m: m == "kvreach.scenario",
+           lambda m: not _in(m, "kvreach.params", "kvreach.impl"),
+           "a scenario is parameters run through impl")
     forbid(lambda m: m == "kvreach.proofs.results", lambda m: True,
            "the run's file formats are read and written without the rest")
     forbid(lambda m: m == "kvreach.plot", lambda m: m != "kvreach.params",
