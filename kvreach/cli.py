@@ -853,26 +853,30 @@ def catalog(
         typer.echo(f"{against}: verdicts as in {results} ({len(fresh['rows'])} rows)")
         return
     findings = out.parent / "findings.md"
-    try:
-        page = cat.render(fresh, findings.read_text() if findings.exists() else "")
-    except ValueError as e:
-        raise CliError("--results", results, f"a run the catalog can render ({e})") from None
+    findings_md = findings.read_text() if findings.exists() else ""
     if not check:
+        try:
+            page = cat.render(fresh, findings_md)
+        except ValueError as e:
+            raise CliError("--results", results, f"a run the catalog can render ({e})") from None
         try:
             out.write_text(page)
         except OSError as e:
             raise CliError("--out", out, f"a writable file ({e.strerror})") from None
         typer.echo(f"wrote {out} ({len(fresh['rows'])} rows from {results})")
         return
-    problems = cat.results_problems(fresh)
-    if problems:
-        _error_line(f"stale: {results}: " + "; ".join(problems) + f"; re-run `{cat.REGENERATE}`")
-        raise typer.Exit(1)
     try:
         current = out.read_text()
     except OSError:
         current = None
-    if current != page:
+    try:
+        stale = cat.staleness(fresh, current, findings_md)
+    except ValueError as e:
+        raise CliError("--results", results, f"a run the catalog can render ({e})") from None
+    if stale.run:
+        _error_line(f"stale: {results}: " + "; ".join(stale.run) + f"; re-run `{cat.REGENERATE}`")
+        raise typer.Exit(1)
+    if stale.page:
         _error_line(f"stale: {out} is not `kvreach catalog`'s output for {results}; "
                     f"run `kvreach catalog --results {results} --out {out}`")
         raise typer.Exit(1)
@@ -899,18 +903,18 @@ def diagram(
     if not path.is_file():
         raise CliError("--doc", path, "an existing Markdown file")
     text = path.read_text(encoding="utf-8")
-    current = dg.extract(text)
-    if current is None:
-        raise CliError("--doc", path, f"a file with a {dg.BEGIN} ... {dg.END} block")
-    new = dg.block()
-    if current == new:
+    try:
+        new = dg.regenerate(text)
+    except ValueError:
+        raise CliError("--doc", path, f"a file with a {dg.BEGIN} ... {dg.END} block") from None
+    if new is None:
         sys.stdout.write(f"{path}: lifecycle diagram up to date\n")
         return
     if check:
         _error_line(f"{path}: the lifecycle diagram differs from the one generated from "
                     "spec.lifecycle.TRANSITIONS; run `kvreach diagram`")
         raise typer.Exit(1)
-    path.write_text(dg.replace(text, new), encoding="utf-8")
+    path.write_text(new, encoding="utf-8")
     sys.stdout.write(f"{path}: lifecycle diagram regenerated\n")
 
 

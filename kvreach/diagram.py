@@ -455,3 +455,14 @@ def replace(doc: str, new_block: str) -> str:
     if old is None:
         raise ValueError(f"no {BEGIN} ... {END} block in the document")
     return doc.replace(old, new_block, 1)
+
+
+def regenerate(doc: str) -> str | None:
+    """``doc`` with its generated block replaced by :func:`block`, or None
+    when the block already is :func:`block` (``kvreach diagram --check``
+    fails then); ``ValueError`` when ``doc`` has no block."""
+    current = extract(doc)
+    if current is None:
+        raise ValueError(f"no {BEGIN} ... {END} block in the document")
+    new = block()
+    return None if current == new else replace(doc, new)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from kvreach.proofs.mutants import MUTANTS, VARIANTS
 from kvreach.proofs.obligations import OBLIGATIONS
@@ -87,6 +88,27 @@ def results_problems(results: dict) -> list[str]:
             problems.append(f"{'/'.join(k)} was run expecting {r.get('expected')}, "
                             f"proofs/expected.toml now says {table[k]}")
     return problems
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """What ``kvreach catalog --check`` finds: why the run is not a complete
+    run of today's registry (:func:`results_problems`), and whether the page
+    differs from :func:`render` of the run."""
+
+    run: list[str]
+    page: bool
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.run and not self.page
+
+
+def staleness(results: dict, current_page: str | None, findings_md: str = "") -> Staleness:
+    """Compare the committed page (None: missing) with the page ``results``
+    renders to; ``ValueError`` when the run cannot be rendered."""
+    page = render(results, findings_md)
+    return Staleness(results_problems(results), current_page != page)
 
 
 COMPARED = ("verdict", "expected", "non_vacuous", "mutant", "mutant_rejected")
