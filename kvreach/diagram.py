@@ -40,7 +40,7 @@ from kvreach.spec.rules import RULES
 
 BEGIN = "<!-- BEGIN GENERATED lifecycle -->"
 END = "<!-- END GENERATED lifecycle -->"
-DOC = Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md"
+DOC = Path("docs/lifecycle.md")  # the page holding the block, in the repository root
 
 # Phases of a running request, as predicates on the frontier f: the guards
 # only ever compare f with the prompt length P.

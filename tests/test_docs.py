@@ -32,7 +32,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SRC029 = Path(os.environ.get("KVREACH_VLLM029_SRC", "/work/scratch/src029/vllm-0.29.0"))
+# vLLM 0.29.0's source tree (the pre-fix rule): $KVREACH_VLLM029_SRC, else
+# build/vllm-0.29.0 in this checkout (git-ignored); the tests that read it skip
+# without it.
+SRC029 = Path(os.environ.get("KVREACH_VLLM029_SRC", ROOT / "build" / "vllm-0.29.0"))
 
 # --- Markdown helpers ------------------------------------------------------
 

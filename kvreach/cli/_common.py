@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -155,3 +156,37 @@ RuleOpt = Annotated[Optional[str], typer.Option("--rule", help="one of " + ", ".
 ModelOpt = Annotated[
     Optional[str], typer.Option("--load-model", help="one of " + ", ".join(LOAD_MODELS))
 ]
+
+
+RepoOpt = Annotated[Optional[Path], typer.Option(
+    "--repo", metavar="DIR",
+    help="the kvreach checkout whose docs/ the defaults name (default: the first "
+         "directory from the current one upward with pyproject.toml and docs/)")]
+
+
+def _repo_root(repo: Path | None) -> Path:
+    """``--repo``, or the first directory from the current one upward that
+    holds pyproject.toml and docs/; a one-line error when there is none."""
+    def is_repo(d: Path) -> bool:
+        return (d / "pyproject.toml").is_file() and (d / "docs").is_dir()
+
+    if repo is not None:
+        if not is_repo(repo):
+            raise CliError("--repo", repo, "a kvreach checkout (a directory with pyproject.toml and docs/)")
+        return repo
+    cwd = Path.cwd()
+    for d in (cwd, *cwd.parents):
+        if is_repo(d):
+            return d
+    raise CliError("--repo", "(missing)", "a kvreach checkout: no directory with pyproject.toml "
+                   f"and docs/ from {cwd} upward; run from the checkout or pass --repo DIR")
+
+
+def _in_repo(root: Path, rel: str | Path) -> Path:
+    """``root / rel``, shown relative to the current directory when under it
+    (``docs/proofs.md`` from the checkout, as the defaults always read)."""
+    p = root / rel
+    try:
+        return p.relative_to(Path.cwd())
+    except ValueError:
+        return p

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, _error_line
+from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root
 
 
 def _read_results(flag: str, path: Path) -> dict:
@@ -22,24 +22,36 @@ def _read_results(flag: str, path: Path) -> dict:
 
 
 def catalog(
-    results: Annotated[Path, typer.Option(
-        "--results", help="the proof run's JSON (`kvreach prove --json`)")] = Path("docs/proof-results.json"),
-    out: Annotated[Path, typer.Option("--out", help="the Markdown page")] = Path("docs/proofs.md"),
+    results: Annotated[Optional[Path], typer.Option(
+        "--results", help="the proof run's JSON (`kvreach prove --json`; default: "
+                          "docs/proof-results.json in the repository)")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="the Markdown page (default: docs/proofs.md in the repository)")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="write nothing; exit 1 if --out or --results is stale")] = False,
     verdicts_only: Annotated[bool, typer.Option(
         "--verdicts-only",
         help="with --check: only compare --results' verdicts with --against's (times ignored)")] = False,
-    against: Annotated[Path, typer.Option(
-        "--against", help="the committed run, for --verdicts-only")] = Path("docs/proof-results.json"),
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="the committed run, for --verdicts-only (default: "
+                          "docs/proof-results.json in the repository)")] = None,
+    repo: RepoOpt = None,
 ) -> None:
     """Generate docs/proofs.md from the obligations, expected verdicts and the latest proof run."""
     from kvreach.proofs import catalog as cat
 
+    def default(rel: str) -> Path:  # only an option left out needs the repository
+        return _in_repo(_repo_root(repo), rel)
+
     if verdicts_only and not check:
         raise CliError("--verdicts-only", True, "--check as well")
+    results = results or default(cat.RESULTS)
+    out = out or default(cat.PAGE)
+    if verdicts_only:
+        against = against or default(cat.RESULTS)
     fresh = _read_results("--results", results)
     if verdicts_only:
+        assert against is not None
         diff = cat.verdict_differences(fresh, _read_results("--against", against))
         if diff:
             _error_line(f"stale: {against}'s verdicts differ from {results}'s in {len(diff)} "

@@ -9,20 +9,22 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, _error_line
+from kvreach.cli._common import CliError, RepoOpt, _error_line, _repo_root
 
 
 def diagram(
     check: Annotated[bool, typer.Option(
         "--check", help="write nothing; exit 1 if the committed block differs")] = False,
     doc: Annotated[Optional[Path], typer.Option(
-        help="the Markdown file holding the generated block (default: docs/lifecycle.md)")] = None,
+        help="the Markdown file holding the generated block (default: docs/lifecycle.md "
+             "in the repository)")] = None,
+    repo: RepoOpt = None,
 ) -> None:
     """Regenerate the lifecycle diagram block of docs/lifecycle.md from the
     spec's transition table (``--check``: only compare)."""
     from kvreach import diagram as dg
 
-    path = doc or dg.DOC
+    path = doc or _repo_root(repo).resolve() / dg.DOC
     if not path.is_file():
         raise CliError("--doc", path, "an existing Markdown file")
     text = path.read_text(encoding="utf-8")
