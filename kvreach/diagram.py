@@ -40,7 +40,7 @@ from kvreach.spec.rules import RULES
 
 BEGIN = "<!-- BEGIN GENERATED lifecycle -->"
 END = "<!-- END GENERATED lifecycle -->"
-DOC = Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md"
+DOC = Path("docs/lifecycle.md")  # the page holding the block, in the repository root
 
 # Phases of a running request, as predicates on the frontier f: the guards
 # only ever compare f with the prompt length P.
@@ -455,3 +455,14 @@ def replace(doc: str, new_block: str) -> str:
     if old is None:
         raise ValueError(f"no {BEGIN} ... {END} block in the document")
     return doc.replace(old, new_block, 1)
+
+
+def regenerate(doc: str) -> str | None:
+    """``doc`` with its generated block replaced by :func:`block`, or None
+    when the block already is :func:`block` (``kvreach diagram --check``
+    fails then); ``ValueError`` when ``doc`` has no block."""
+    current = extract(doc)
+    if current is None:
+        raise ValueError(f"no {BEGIN} ... {END} block in the document")
+    new = block()
+    return None if current == new else replace(doc, new)

@@ -8,6 +8,7 @@ mirrors.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,6 +46,22 @@ def check_load_model(model: str) -> str:
     if model not in LOAD_MODELS:
         raise ParamError("load_model", model, "one of " + ", ".join(LOAD_MODELS))
     return model
+
+
+def alignment_tokens(full_block_sizes: Iterable[int], block_sizes: Iterable[int],
+                     dcp_world_size: int = 1, blocks_per_chunk: int = 1) -> int | None:
+    """``SchedulerOffloadConfig.from_spec``'s ``alignment_tokens``: the
+    full-attention groups' tokens per chunk (block_size * DCP *
+    blocks_per_chunk) when they all agree, None when they differ; with no
+    full-attention group (SWA-only), the largest tokens per chunk of
+    ``block_sizes`` (every group's block size)."""
+    per_chunk = dcp_world_size * blocks_per_chunk
+    full = {b * per_chunk for b in full_block_sizes}
+    if len(full) == 1:
+        return full.pop()
+    if full:
+        return None
+    return max(b * per_chunk for b in block_sizes)
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,16 @@ next to the latest proof run's.
 Data flows one way: the registry (``proofs.obligations.OBLIGATIONS``), the
 mutants (``proofs.mutants``), the expected-verdict table
 (``proofs/expected.toml``), the latest run's JSON (``kvreach prove --json
-docs/proof-results.json``) and the finding headings of ``docs/findings.md``
+docs/proof-results.json``, read by ``proofs.results.load_results``) and the finding headings of ``docs/findings.md``
 -> Markdown. Nothing runs a solver here; the output depends only on those
 inputs. Only the CLI (``kvreach catalog``) and the tests import this module.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from pathlib import Path
+from dataclasses import dataclass
 
 from kvreach.proofs.mutants import MUTANTS, VARIANTS
 from kvreach.proofs.obligations import OBLIGATIONS
@@ -38,17 +37,6 @@ def run_order() -> list[Key]:
     (the invariants first: lifecycle proofs rest on them)."""
     todo = list(rows_for(None, None, None))
     return [k for k in todo if k[0] == "invariant"] + [k for k in todo if k[0] != "invariant"]
-
-
-def load_results(path: Path) -> dict:
-    """``{"run": header, "rows": [...]}`` as ``kvreach prove --json`` writes
-    it (a bare list of rows, as older versions wrote, gets an empty header)."""
-    doc = json.loads(Path(path).read_text())
-    if isinstance(doc, list):
-        doc = {"run": {}, "rows": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise ValueError("not a `kvreach prove --json` file (no 'rows' list)")
-    return doc
 
 
 def expected_findings() -> dict[Key, list[str]]:
@@ -100,6 +88,27 @@ def results_problems(results: dict) -> list[str]:
             problems.append(f"{'/'.join(k)} was run expecting {r.get('expected')}, "
                             f"proofs/expected.toml now says {table[k]}")
     return problems
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """What ``kvreach catalog --check`` finds: why the run is not a complete
+    run of today's registry (:func:`results_problems`), and whether the page
+    differs from :func:`render` of the run."""
+
+    run: list[str]
+    page: bool
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.run and not self.page
+
+
+def staleness(results: dict, current_page: str | None, findings_md: str = "") -> Staleness:
+    """Compare the committed page (None: missing) with the page ``results``
+    renders to; ``ValueError`` when the run cannot be rendered."""
+    page = render(results, findings_md)
+    return Staleness(results_problems(results), current_page != page)
 
 
 COMPARED = ("verdict", "expected", "non_vacuous", "mutant", "mutant_rejected")

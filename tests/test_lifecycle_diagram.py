@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import z3
 from typer.testing import CliRunner
@@ -15,6 +16,9 @@ from typer.testing import CliRunner
 from kvreach import diagram as dg
 from kvreach.cli import app
 from kvreach.spec import lifecycle as lc
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / dg.DOC
 
 _LABELLED = re.compile(r"^    (\S+) --> (\S+) : (\S+) \[")
 
@@ -26,9 +30,9 @@ def _labelled_edges(text: str) -> list[tuple[str, str, str]]:
 
 
 def test_committed_diagram_is_the_generated_one():
-    doc = dg.DOC.read_text(encoding="utf-8")
+    doc = DOC.read_text(encoding="utf-8")
     committed = dg.extract(doc)
-    assert committed is not None, f"no {dg.BEGIN} ... {dg.END} block in {dg.DOC}"
+    assert committed is not None, f"no {dg.BEGIN} ... {dg.END} block in {DOC}"
     assert committed == dg.block(), (
         "docs/lifecycle.md is stale: regenerate with `kvreach diagram`"
     )

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from kvreach.cli import app
 from kvreach.proofs import catalog, runner
+from kvreach.proofs import results as results_file
 from kvreach.proofs.mutants import MUTANTS, VARIANTS
 from kvreach.proofs.obligations import OBLIGATIONS
 
@@ -37,7 +38,7 @@ def invoke(*args: str):
 
 @pytest.fixture
 def results() -> dict:
-    return catalog.load_results(RESULTS)
+    return results_file.load_results(RESULTS)
 
 
 def render(results: dict) -> str:
@@ -133,7 +134,7 @@ def test_changed_verdict_makes_page_and_run_stale(tmp_path, results):
     def edit(rows):
         rows[-1]["verdict"] = "unknown"
     path = _copy_with(tmp_path, results, edit)
-    assert render(catalog.load_results(path)) != PAGE.read_text()
+    assert render(results_file.load_results(path)) != PAGE.read_text()
     r = invoke("catalog", "--results", str(path), "--out", str(PAGE), "--check")
     assert r.exit_code == 1 and "stale" in r.stderr
     r = invoke("catalog", "--results", str(path), "--against", str(RESULTS), "--check",
@@ -173,7 +174,7 @@ def test_new_obligation_without_a_run_is_stale(monkeypatch, results):
 
 def test_dropped_row_is_stale(tmp_path, results):
     path = _copy_with(tmp_path, results, lambda rows: rows.pop(3))
-    problems = catalog.results_problems(catalog.load_results(path))
+    problems = catalog.results_problems(results_file.load_results(path))
     assert problems and "missing" in problems[0]
     r = invoke("catalog", "--results", str(path), "--against", str(RESULTS), "--check",
                "--verdicts-only")

@@ -77,7 +77,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
-from kvreach.params import GroupConfig
+from kvreach.params import GroupConfig, alignment_tokens
 
 HARNESS_MODULE = __name__
 SAMPLED_TOKEN = 7  # not EOS (2) of the config written below; ignore_eos anyway
@@ -213,15 +213,13 @@ class Setup:
     extra: tuple[tuple[str, Any], ...] = ()  # more kv_connector_extra_config
 
     def alignment_tokens(self) -> int | None:
-        """``SchedulerOffloadConfig.from_spec``, computed independently."""
-        fa = {g.block_size * self.dcp_world_size * self.blocks_per_chunk
-              for g in self.groups if g.kind == "full"}
-        if len(fa) == 1:
-            return fa.pop()
-        if fa:
-            return None
-        return max(g.block_size * self.dcp_world_size * self.blocks_per_chunk
-                   for g in self.groups)
+        """``SchedulerOffloadConfig.from_spec``'s alignment by kvreach's rule
+        (``kvreach.params.alignment_tokens``, also the CLI's); ``check_all``
+        compares the group built from it with the connector's, which takes
+        vLLM's own value."""
+        return alignment_tokens([g.block_size for g in self.groups if g.kind == "full"],
+                                [g.block_size for g in self.groups],
+                                self.dcp_world_size, self.blocks_per_chunk)
 
     def kvreach_group(self, group_idx: int) -> GroupConfig:
         """The kvreach GroupConfig this setup implies for an SWA group."""

@@ -1,0 +1,33 @@
+"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach plot``,
+``kvreach counterexample``, ``kvreach catalog`` (docs/proofs.md) and
+``kvreach diagram`` (the lifecycle diagram of docs/lifecycle.md), one module
+each; the shared plumbing is in :mod:`kvreach.cli._common` (errors, consoles,
+options), :mod:`kvreach.cli._options` (the scenario options) and
+:mod:`kvreach.cli.render` (terminal output).
+
+Last stage of the data flow (params -> rules -> lifecycle -> properties ->
+report). Every command is a thin layer: parse the options, call the library,
+render. Bad input is one ``error: ...`` line on stderr with exit code 2
+(:class:`kvreach.cli._common._OneLineErrors`).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from kvreach.cli import catalog, counterexample, diagram, plot, prove, simulate
+from kvreach.cli._common import _OneLineErrors
+from kvreach.cli.render import ranges
+
+__all__ = ["app", "ranges"]
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Z3 spec and executable model of vLLM's SWA KV-offload store rules (PR #54362).",
+)
+for _command in (prove.prove, simulate.simulate, plot.plot, counterexample.counterexample,
+                 catalog.catalog, diagram.diagram):
+    app.command()(_command)

@@ -1,0 +1,3 @@
+from kvreach.cli import app
+
+app()

@@ -1,0 +1,192 @@
+"""Shared CLI plumbing: the one-line error handling (:class:`CliError`,
+:class:`_OneLineErrors`), the consoles, and the option helpers every command
+uses.
+
+Bad input (``kvreach.params.ParamError`` or a click usage error) is reported
+as one line on stderr, ``error: --flag=value: expected ...``, with exit code
+2 and no traceback; that is done once, in :class:`_OneLineErrors`, so it
+holds under ``typer.testing.CliRunner`` as well as the console script.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+try:  # newer typer vendors click as typer._click
+    from typer._click import exceptions as _cx
+    from typer.exceptions import Abort as _Abort
+except ImportError:  # pragma: no cover
+    from click import exceptions as _cx
+    from click.exceptions import Abort as _Abort
+
+from kvreach.params import LOAD_MODELS, RULES, ParamError
+
+
+# ParamError.param (library names) -> the CLI flag that sets it.
+PARAM_FLAGS: dict[str, str] = {
+    "block_size": "--swa-block-size",
+    "window": "--window",
+    "alignment_tokens": "--full-block-size",
+    "blocks_per_chunk": "--blocks-per-chunk",
+    "dcp_world_size": "--dcp",
+    "retention_interval": "--retention-interval",
+    "prompt_tokens": "--prompt",
+    "max_offload_tokens": "--max-offload-tokens",
+    "budget": "--budget",
+    "decode": "--decode",
+    "abort_after_step": "--abort-after-step",
+    "rule": "--rule",
+    "load_model": "--load-model",
+    "obligation": "--obligation",
+}
+
+
+class CliError(Exception):
+    """Bad command-line input, already phrased for the user."""
+
+    def __init__(self, flag: str, value: object, expected: str) -> None:
+        self.flag, self.value, self.expected = flag, value, expected
+        super().__init__(f"{flag}={_show(value)}: expected {expected}")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _from_param_error(e: ParamError, flags: dict[str, str] | None = None) -> CliError:
+    table = PARAM_FLAGS | (flags or {})
+    flag = table.get(e.param, "--" + e.param.replace("_", "-"))
+    return CliError(flag, e.value, e.expected)
+
+
+def _error_line(msg: str) -> None:
+    msg = " ".join(str(msg).split())  # one line, whatever the message
+    sys.stderr.write(f"error: {msg}\n")
+    sys.stderr.flush()
+
+
+def _usage_message(e: Exception) -> str:
+    """click's message, as ``--flag=value: expected ...`` when a typed value
+    failed to convert (typer keeps the pydantic error as the cause)."""
+    param = getattr(e, "param", None)
+    cause = e.__cause__
+    if (
+        param is not None and getattr(param, "opts", None) and cause is not None
+        and hasattr(cause, "errors") and type(e).__name__ == "BadParameter"
+    ):
+        try:
+            err = cause.errors()[0]
+            flag = max(param.opts, key=len)
+            kind = str(err.get("type", ""))
+            want = (
+                "an integer" if kind.startswith("int_") else
+                "a number" if kind.startswith("float_") else
+                "a boolean" if kind.startswith("bool_") else err["msg"]
+            )
+            return f"{flag}={err['input']}: expected {want}"
+        except Exception:  # noqa: BLE001  (fall back to click's own wording)
+            pass
+    return e.format_message()
+
+
+class _OneLineErrors(TyperGroup):
+    """Runs the command non-standalone and turns every input error into one
+    ``error: ...`` line on stderr (exit 2) instead of click's usage panel."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(
+                args=args, prog_name=prog_name, complete_var=complete_var,
+                standalone_mode=False, **extra,
+            )
+            code = rv if isinstance(rv, int) else 0
+        except CliError as e:
+            _error_line(str(e))
+            code = 2
+        except ParamError as e:
+            _error_line(str(_from_param_error(e)))
+            code = 2
+        except _cx.ClickException as e:  # UsageError, BadParameter, ...
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `kvreach`: help
+                sys.stdout.write(e.ctx.get_help() + "\n")
+                code = 0
+            else:
+                _error_line(_usage_message(e))
+                code = e.exit_code
+        except _Abort:
+            _error_line("aborted")
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _out() -> Console:
+    c = Console()
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(width=160)  # files and pipes: room for the tables
+    return c
+
+
+def _err() -> Console:
+    return Console(stderr=True)
+
+
+def _check_choice(flag: str, value: str | None, check) -> None:
+    if value is None:
+        return
+    try:
+        check(value)
+    except ParamError as e:
+        raise CliError(flag, value, e.expected) from None
+
+
+RuleOpt = Annotated[Optional[str], typer.Option("--rule", help="one of " + ", ".join(RULES))]
+
+
+ModelOpt = Annotated[
+    Optional[str], typer.Option("--load-model", help="one of " + ", ".join(LOAD_MODELS))
+]
+
+
+RepoOpt = Annotated[Optional[Path], typer.Option(
+    "--repo", metavar="DIR",
+    help="the kvreach checkout whose docs/ the defaults name (default: the first "
+         "directory from the current one upward with pyproject.toml and docs/)")]
+
+
+def _repo_root(repo: Path | None) -> Path:
+    """``--repo``, or the first directory from the current one upward that
+    holds pyproject.toml and docs/; a one-line error when there is none."""
+    def is_repo(d: Path) -> bool:
+        return (d / "pyproject.toml").is_file() and (d / "docs").is_dir()
+
+    if repo is not None:
+        if not is_repo(repo):
+            raise CliError("--repo", repo, "a kvreach checkout (a directory with pyproject.toml and docs/)")
+        return repo
+    cwd = Path.cwd()
+    for d in (cwd, *cwd.parents):
+        if is_repo(d):
+            return d
+    raise CliError("--repo", "(missing)", "a kvreach checkout: no directory with pyproject.toml "
+                   f"and docs/ from {cwd} upward; run from the checkout or pass --repo DIR")
+
+
+def _in_repo(root: Path, rel: str | Path) -> Path:
+    """``root / rel``, shown relative to the current directory when under it
+    (``docs/proofs.md`` from the checkout, as the defaults always read)."""
+    p = root / rel
+    try:
+        return p.relative_to(Path.cwd())
+    except ValueError:
+        return p

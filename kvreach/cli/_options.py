@@ -1,0 +1,112 @@
+"""The scenario options, one definition shared by ``simulate`` and ``plot``
+(:data:`SCENARIO_OPTIONS`, :func:`_scenario_command`), and running the
+scenario with its errors named by flag."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from kvreach.cli._common import _from_param_error
+from kvreach.params import LOAD_MODELS, ParamError
+from kvreach.scenario import Scenario, run_scenario
+
+if TYPE_CHECKING:
+    from kvreach.impl.lifecycle import Trace
+
+
+_REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class _Opt:
+    """One scenario option: Scenario field, flag(s), type, default, help."""
+
+    name: str
+    flag: str
+    type: object
+    default: object = _REQUIRED
+    help: str | None = None
+
+    def parameter(self) -> inspect.Parameter:
+        ann = Annotated[self.type, typer.Option(self.flag, help=self.help)]  # type: ignore[valid-type]
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY,
+                                 annotation=ann, default=self.default)
+
+
+# The scenario options, in --help order.
+SCENARIO_OPTIONS: list[_Opt] = [
+    _Opt("swa_block_size", "--swa-block-size", int, help="SWA block_size (tokens)"),
+    _Opt("window", "--window", int, help="sliding window W (tokens)"),
+    _Opt("prompt", "--prompt", int, help="prompt tokens"),
+    _Opt("budget", "--budget", int, help="per-step token budget"),
+    _Opt("full_block_size", "--full-block-size", Optional[int], None,
+         "full-attention block_size; alignment = it * dcp * blocks_per_chunk "
+         "(omit: SWA-only, alignment = the SWA chunk)"),
+    _Opt("blocks_per_chunk", "--blocks-per-chunk", int, 1),
+    _Opt("dcp", "--dcp", int, 1, "decode context parallel world size"),
+    _Opt("eagle", "--eagle", bool, False, "EAGLE/MTP draft group"),
+    _Opt("retention_interval", "--retention-interval", Optional[int], None),
+    _Opt("max_offload_tokens", "--max-offload-tokens", Optional[int], None),
+    _Opt("offload_prompt_only", "--offload-prompt-only/--no-offload-prompt-only", bool, True),
+    _Opt("abort_after_step", "--abort-after-step", Optional[int], None,
+         "abort once K steps are scheduled"),
+    _Opt("async_scheduling", "--async", bool, False, "async scheduling"),
+    _Opt("decode", "--decode", int, 0, "decode steps after the prompt"),
+    _Opt("load_model", "--load-model", str, "intended", "one of " + ", ".join(LOAD_MODELS)),
+]
+
+
+def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
+    """Give command ``fn`` the scenario options of :data:`SCENARIO_OPTIONS`
+    after its own; ``fn`` receives them as one ``scenario: Scenario``."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
+        for p in inspect.signature(fn).parameters.values() if p.name != "scenario"
+    ]
+    shared = [o.parameter() for o in SCENARIO_OPTIONS]
+
+    @functools.wraps(fn)
+    def command(**kw: object) -> None:
+        scenario = Scenario(**{o.name: kw.pop(o.name) for o in SCENARIO_OPTIONS})
+        return fn(scenario=scenario, **kw)
+
+    # fn's positional parameters first (e.g. --rule), then the scenario, then
+    # fn's keyword-only ones (e.g. --json)
+    first = [p.name for p in inspect.signature(fn).parameters.values()
+             if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    params = ([p for p in own if p.name in first] + shared
+              + [p for p in own if p.name not in first])
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+def _run_scenario(rule: str, s: Scenario) -> Trace:
+    """Run ``s`` through the rule, its ParamErrors as one-line errors naming the flag."""
+    try:
+        return run_scenario(rule, s)
+    except ParamError as e:
+        raise _from_param_error(e) from None
+
+
+def _scenario_flags(s: Scenario, rules: list[str]) -> str:
+    """The scenario as the options that reproduce it (defaults left out)."""
+    parts = [f"--rule {rules[0]}" if len(rules) == 1 else "--compare " + " ".join(rules)]
+    for o in SCENARIO_OPTIONS:
+        v = getattr(s, o.name)
+        if v == o.default:
+            continue
+        flags = o.flag.split("/")
+        if isinstance(v, bool):
+            parts.append(flags[0] if v else flags[-1])
+        else:
+            parts.append(f"{flags[0]} {v}")
+    return " ".join(parts)

@@ -1,0 +1,91 @@
+"""``kvreach catalog``: docs/proofs.md from the registry and the latest run
+(:mod:`kvreach.proofs.catalog` renders and decides staleness; this reports)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root
+
+
+def _read_results(flag: str, path: Path) -> dict:
+    from kvreach.proofs.results import load_results
+
+    try:
+        return load_results(path)
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise CliError(flag, path, f"a `kvreach prove --json` file ({why})") from None
+
+
+def catalog(
+    results: Annotated[Optional[Path], typer.Option(
+        "--results", help="the proof run's JSON (`kvreach prove --json`; default: "
+                          "docs/proof-results.json in the repository)")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="the Markdown page (default: docs/proofs.md in the repository)")] = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="write nothing; exit 1 if --out or --results is stale")] = False,
+    verdicts_only: Annotated[bool, typer.Option(
+        "--verdicts-only",
+        help="with --check: only compare --results' verdicts with --against's (times ignored)")] = False,
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="the committed run, for --verdicts-only (default: "
+                          "docs/proof-results.json in the repository)")] = None,
+    repo: RepoOpt = None,
+) -> None:
+    """Generate docs/proofs.md from the obligations, expected verdicts and the latest proof run."""
+    from kvreach.proofs import catalog as cat
+
+    def default(rel: str) -> Path:  # only an option left out needs the repository
+        return _in_repo(_repo_root(repo), rel)
+
+    if verdicts_only and not check:
+        raise CliError("--verdicts-only", True, "--check as well")
+    results = results or default(cat.RESULTS)
+    out = out or default(cat.PAGE)
+    if verdicts_only:
+        against = against or default(cat.RESULTS)
+    fresh = _read_results("--results", results)
+    if verdicts_only:
+        assert against is not None
+        diff = cat.verdict_differences(fresh, _read_results("--against", against))
+        if diff:
+            _error_line(f"stale: {against}'s verdicts differ from {results}'s in {len(diff)} "
+                        "row(s) (committed -> fresh): " + "; ".join(diff)
+                        + f"; if the fresh run is right, run `{cat.REGENERATE}` and commit")
+            raise typer.Exit(1)
+        typer.echo(f"{against}: verdicts as in {results} ({len(fresh['rows'])} rows)")
+        return
+    findings = out.parent / "findings.md"
+    findings_md = findings.read_text() if findings.exists() else ""
+    if not check:
+        try:
+            page = cat.render(fresh, findings_md)
+        except ValueError as e:
+            raise CliError("--results", results, f"a run the catalog can render ({e})") from None
+        try:
+            out.write_text(page)
+        except OSError as e:
+            raise CliError("--out", out, f"a writable file ({e.strerror})") from None
+        typer.echo(f"wrote {out} ({len(fresh['rows'])} rows from {results})")
+        return
+    try:
+        current = out.read_text()
+    except OSError:
+        current = None
+    try:
+        stale = cat.staleness(fresh, current, findings_md)
+    except ValueError as e:
+        raise CliError("--results", results, f"a run the catalog can render ({e})") from None
+    if stale.run:
+        _error_line(f"stale: {results}: " + "; ".join(stale.run) + f"; re-run `{cat.REGENERATE}`")
+        raise typer.Exit(1)
+    if stale.page:
+        _error_line(f"stale: {out} is not `kvreach catalog`'s output for {results}; "
+                    f"run `kvreach catalog --results {results} --out {out}`")
+        raise typer.Exit(1)
+    typer.echo(f"{out} is up to date with {results}")

@@ -1,0 +1,114 @@
+"""``kvreach counterexample``: search one obligation row
+(:func:`kvreach.proofs.counterexample.search`), show the decoded scenario,
+optionally draw it (``--plot``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvreach.cli._common import CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out
+from kvreach.cli.plot import _draw, _plot_paths
+from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
+from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
+
+
+def counterexample(
+    obligation: Annotated[str, typer.Argument(help="obligation name (see `kvreach prove`)")],
+    rule: RuleOpt = None,
+    load_model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot_file: Annotated[Optional[Path], typer.Option(
+        "--plot", metavar="FILE",
+        help="also draw the counterexample's chunk map to FILE (.png or .svg; both are "
+             "written): the replayed lifecycle, or for mask-equivalence the mask at "
+             "the decoded final horizon against the loadable chunks")] = None,
+) -> None:
+    """Find and show a concrete counterexample scenario for one obligation row."""
+    from kvreach.proofs import counterexample as search
+    from kvreach.proofs.obligations import OBLIGATIONS
+
+    if obligation not in OBLIGATIONS:
+        raise CliError("OBLIGATION", obligation, "one of " + ", ".join(OBLIGATIONS))
+    _check_choice("--rule", rule, check_rule)
+    _check_choice("--load-model", load_model, check_load_model)
+    ob = OBLIGATIONS[obligation]
+    if ob.rule_specific and rule is None:
+        raise CliError("--rule", "(missing)", f"one of {', '.join(RULES)} for '{obligation}'")
+    if ob.model_specific and load_model is None:
+        raise CliError("--load-model", "(missing)",
+                       f"one of {', '.join(LOAD_MODELS)} for '{obligation}'")
+    if plot_file is not None:
+        if ob.kind == "static" and obligation not in MAPPABLE_STATIC:
+            raise CliError("--plot", plot_file,
+                           "a lifecycle obligation or " + ", ".join(MAPPABLE_STATIC)
+                           + f" ('{obligation}' has no chunk map)")
+        _plot_paths("--plot", plot_file)
+    t0 = time.perf_counter()
+    err = _err()
+    r, m = search.row_key(obligation, rule, load_model)
+    with err.status(f"searching {obligation}/{r}/{m} ..."):
+        try:
+            found = search.search(obligation, rule, load_model)
+        except ParamError as e:
+            raise _from_param_error(e) from None
+    secs = time.perf_counter() - t0
+    verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
+    concrete_rule, concrete_model = found.concrete_rule, found.concrete_model
+
+    if as_json:
+        doc = {"obligation": obligation, "rule": r, "load_model": m, "verdict": verdict,
+               "depth": depth, "seconds": round(secs, 3), "detail": detail,
+               "counterexample": cex}
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        out = _out()
+        out.print(f"[bold]{obligation}[/] rule={r} load_model={m}: [bold]{verdict}[/] "
+                  f"({secs:.2f} s)", soft_wrap=True)
+        out.print(OBLIGATIONS[obligation].statement, markup=False, soft_wrap=True)
+        if detail:
+            out.print(f"detail: {detail}", markup=False, soft_wrap=True)
+        if verdict == "proved":
+            out.print("[green]proved: no counterexample exists[/]")
+        elif cex is not None:
+            _print_cex(out, cex, concrete_model, depth)
+    if plot_file is not None:
+        if verdict != "counterexample" or cex is None:
+            raise CliError("--plot", plot_file,
+                           f"a row with a counterexample to draw ('{obligation}' {r} {m}: {verdict})")
+        _plot_cex(plot_file, obligation, cex, concrete_rule, concrete_model, as_json)
+    if verdict == "unknown" or (verdict == "counterexample" and detail):
+        raise typer.Exit(1)
+
+
+# Static obligations whose counterexample is a chunk set at one horizon.
+MAPPABLE_STATIC = ("mask-equivalence",)
+
+
+def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
+              quiet: bool) -> None:
+    """Draw a counterexample: the replayed lifecycle, or a static one's mask at
+    its final horizon against the loadable chunks (a single row)."""
+    from kvreach import plot as kplot
+    from kvreach.proofs.decode import replay_mask
+
+    title = f"{obligation} counterexample: {rule}, load model {model}"
+    if cex.get("trace") is not None:
+        m = kplot.chunk_map(cex["trace"], title=title)
+        bad = cex.get("replayed_violation") or []
+    else:
+        kept, wanted = replay_mask(cex, rule, model)
+        m = kplot.mask_map(rule, model, cex["config"]["group"], kept, wanted,
+                           cex["final_horizon_chunks"], title=title)
+        bad = sorted(kept ^ wanted)
+    g, req = cex["config"]["group"], cex["config"]["request"]
+    sup = f"replayed violation chunks: {ranges(bad)}; tracked chunk {cex.get('chunk')}\n"
+    sup += _config_line(g, req, cex.get("lifecycle"))
+    png, svg = kplot.out_paths(out_file)
+    drawn = _draw("--plot", out_file, [m], sup)
+    _print_drawn(_err() if quiet else _out(), drawn, png, svg)

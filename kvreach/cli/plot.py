@@ -1,0 +1,105 @@
+"""``kvreach plot``: one scenario's chunk map (``kvreach.plot``) to PNG and
+SVG; the output checks and drawing shared with ``counterexample --plot``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvreach.cli._common import CliError, _check_choice, _out
+from kvreach.cli._options import _run_scenario, _scenario_command, _scenario_flags
+from kvreach.cli.render import _print_drawn
+from kvreach.params import RULES, check_load_model, check_rule
+from kvreach.scenario import Scenario
+
+
+PLOT_EXTRA = "matplotlib: install the plot extra (pip install -e '.[plot]')"
+
+
+def _plot_paths(flag: str, out: Path) -> tuple[Path, Path]:
+    """Check an output option before any work: a .png or .svg name in an
+    existing directory, and matplotlib importable. -> (png, svg)."""
+    from kvreach import plot as kplot  # no matplotlib here
+
+    try:
+        png, svg = kplot.out_paths(out)
+    except ValueError:
+        raise CliError(flag, out, "a file name ending in .png or .svg (both are written)") from None
+    if not png.parent.is_dir():
+        raise CliError(flag, out, "a file in an existing directory")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CliError(flag, out, PLOT_EXTRA) from None
+    return png, svg
+
+
+def _chunk_range(value: str | None) -> tuple[int, int] | None:
+    """``--chunks LO:HI`` -> ``(LO, HI)``, chunks ``LO..HI-1``."""
+    if value is None:
+        return None
+    lo, sep, hi = value.partition(":")
+    try:
+        a, b = int(lo), int(hi)
+    except ValueError:
+        a = b = -1
+    if not sep or not 0 <= a < b:
+        raise CliError("--chunks", value, "LO:HI with 0 <= LO < HI (chunk indices, HI excluded)")
+    return a, b
+
+
+def _draw(flag: str, out: Path, maps: list, suptitle: str) -> list:
+    """Draw ``maps`` to ``out``'s PNG and SVG; -> the maps as drawn."""
+    from kvreach import plot as kplot
+
+    try:
+        return kplot.draw(maps, out, suptitle=suptitle)
+    except OSError as e:
+        raise CliError(flag, out, f"a writable file ({e.strerror})") from None
+
+
+@_scenario_command
+def plot(
+    out_file: Annotated[Path, typer.Option(
+        "--out", metavar="FILE",
+        help="write the chunk map to FILE; FILE ends in .png or .svg and the other "
+             "format is written beside it (always both PNG and SVG)")],
+    rule: Annotated[Optional[str], typer.Option(
+        "--rule", help="one of " + ", ".join(RULES) + " (or --compare)")] = None,
+    compare: Annotated[Optional[tuple[str, str]], typer.Option(
+        "--compare", metavar="RULE RULE",
+        help="draw two rules one above the other on the same chunk range")] = None,
+    *,
+    chunks: Annotated[Optional[str], typer.Option(
+        "--chunks", metavar="LO:HI",
+        help="draw chunks LO..HI-1 only (default: the whole request)")] = None,
+    scenario: Scenario,
+) -> None:
+    """Draw the chunk map of one scenario (the options of `simulate`) to PNG and SVG.
+
+    One row per scheduler step and a final 'stored at end' row; cells:
+    submitted this step, stored earlier, loadable but not stored, and stored
+    but not loadable (wasted, red). Needs the `plot` extra (matplotlib).
+    """
+    from kvreach import plot as kplot
+
+    if rule is None and compare is None:
+        raise CliError("--rule", "(missing)", "one of " + ", ".join(RULES)
+                       + " (or --compare RULE RULE)")
+    if rule is not None and compare is not None:
+        raise CliError("--compare", " ".join(compare), "either --rule or --compare, not both")
+    rules = [rule] if rule is not None else list(compare or ())
+    for r in rules:
+        _check_choice("--rule" if compare is None else "--compare", r, check_rule)
+    png, svg = _plot_paths("--out", out_file)
+    zoom = _chunk_range(chunks)
+    _check_choice("--load-model", scenario.load_model, check_load_model)
+    traces = [_run_scenario(r, scenario) for r in rules]
+
+    maps = [kplot.chunk_map(t.to_json(scenario.load_model)) for t in traces]
+    lo, hi = zoom or (0, max(m.hi for m in maps))
+    maps = [kplot.clipped(m, lo, hi) for m in maps]
+    drawn = _draw("--out", out_file, maps, "kvreach plot " + _scenario_flags(scenario, rules))
+    _print_drawn(_out(), drawn, png, svg)

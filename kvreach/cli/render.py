@@ -1,0 +1,225 @@
+"""Rendering for the terminal: chunk sets as ranges, a lifecycle trace
+(``Trace.to_json`` form) as a steps table, the stored / loadable / needed
+summary, the ``prove`` table and report, a counterexample, a drawn chunk map.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from kvreach.cli._common import _show
+
+
+def ranges(chunks: Iterable[int]) -> str:
+    """Compress ``[5, 6, 7, 8, 14, 15]`` to ``"5-8,14-15"`` ("-" when empty)."""
+    xs = sorted(set(chunks))
+    if not xs:
+        return "-"
+    out, lo, prev = [], xs[0], xs[0]
+    for x in xs[1:]:
+        if x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{lo}-{prev}" if prev > lo else f"{lo}")
+        lo = prev = x
+    out.append(f"{lo}-{prev}" if prev > lo else f"{lo}")
+    return ",".join(out)
+
+
+def _steps_table(trace: dict, title: str) -> Table:
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col in ("step", "kind", "sched", "computed", "after", "offload", "chunks",
+                "cursor", "#sub"):
+        t.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
+    for s in trace["steps"]:
+        kind = s["kind"] + ("*" if s.get("in_flight") else "")
+        t.add_row(
+            str(s["index"]), kind, str(s["scheduled_tokens"]), str(s["num_computed_tokens"]),
+            str(s["tokens_after_batch"]), str(s["offloadable_tokens"]), str(s["num_chunks"]),
+            f"{s['cursor_before']}->{s['cursor_after']}", str(len(s["submitted"])),
+        )
+    return t
+
+
+def _print_steps(console: Console, trace: dict, loadable: set[int] | None, title: str) -> None:
+    """The steps table, then each step's submitted chunks as ranges (and the
+    ones the load model never loads)."""
+    console.print(_steps_table(trace, title))
+    console.print("columns: sched = tokens scheduled, computed = num_computed_tokens, "
+                  "after = num_tokens_after_batch, offload = offloadable tokens, "
+                  "chunks = storable chunks (num_chunks), cursor = next_stored_chunk_idx",
+                  style="dim", soft_wrap=True)
+    if any(s.get("in_flight") for s in trace["steps"]):
+        console.print("*: async scheduling, the last step's output still in flight",
+                      style="dim", soft_wrap=True)
+    for s in trace["steps"]:
+        line = f"step {s['index']} {s['kind']} submitted: {ranges(s['submitted'])}"
+        if loadable is not None:
+            bad = [c for c in s["submitted"] if c not in loadable]
+            if bad:
+                line += f"   [red]not loadable: {ranges(bad)}[/]"
+        console.print(line, soft_wrap=True)
+
+
+def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> str:
+    parts = [
+        f"block_size={group['block_size']}", f"window={group['window']}",
+        f"alignment_tokens={group['alignment_tokens']}",
+        f"blocks_per_chunk={group['blocks_per_chunk']}",
+        f"dcp={group.get('dcp_world_size', 1)}", f"eagle={group['eagle']}",
+        f"retention_interval={group['retention_interval']}",
+        f"prompt={request['prompt_tokens']}",
+        f"max_offload_tokens={request['max_offload_tokens']}",
+        f"offload_prompt_only={request['offload_prompt_only']}",
+    ]
+    if lifecycle is not None:
+        parts.append(f"budget={lifecycle['budget']}")
+        if lifecycle.get("prefill_steps") is not None:
+            parts.append("prefill_steps=" + ",".join(map(str, lifecycle["prefill_steps"])))
+        parts.append(f"decode={lifecycle['decode']}")
+        parts.append(f"abort_after_step={lifecycle['abort_after_step']}")
+        if lifecycle.get("async_scheduling"):
+            parts.append("async")
+    return " ".join(parts)
+
+
+def _sets_summary(console: Console, stored: list[int], loadable: set[int],
+                  needed: set[int], model: str) -> None:
+    st = set(stored)
+    dup = sorted({c for c in stored if stored.count(c) > 1})
+    console.print(f"[bold]stored[/] ({len(stored)}): {ranges(stored)}", soft_wrap=True)
+    if dup:
+        console.print(f"[red]submitted more than once[/]: {ranges(dup)}", soft_wrap=True)
+    console.print(f"[bold]loadable[/] under {model} ({len(loadable)}): {ranges(loadable)}",
+                  soft_wrap=True)
+    console.print(f"[bold]needed[/] under {model} ({len(needed)}): {ranges(needed)}",
+                  soft_wrap=True)
+    snl, nns = sorted(st - loadable), sorted(needed - st)
+    style = "red" if snl else "green"
+    console.print(f"[{style}]stored-not-loadable[/] ({len(snl)}): {ranges(snl)}", soft_wrap=True)
+    style = "red" if nns else "green"
+    console.print(f"[{style}]needed-not-stored[/] ({len(nns)}): {ranges(nns)}", soft_wrap=True)
+
+
+def _mark(b: bool | None) -> str:
+    return "-" if b is None else ("[green]yes[/]" if b else "[red]NO[/]")
+
+
+def _scope_ref(i: int) -> str:
+    return f"\\[{i}]"
+
+
+def _cex_line(row) -> str:
+    cex = row.counterexample or {}
+    cfg = cex.get("config", {})
+    g, r = cfg.get("group", {}), cfg.get("request", {})
+    lc = cex.get("lifecycle")
+    s = f"{row.obligation} {row.rule} {row.load_model}: chunk {cex.get('chunk')}"
+    if g:
+        s += "; " + _config_line(g, r, lc)
+    if "final_horizon_chunks" in cex:
+        s += f"; final_horizon_chunks={cex['final_horizon_chunks']}"
+        s += f" boundary_block={cex.get('boundary_block')}"
+    if "replayed_violation" in cex:
+        s += f"; replayed violation chunks: {ranges(cex['replayed_violation'])}"
+    return s
+
+
+def _prove_table(rows: list) -> Table:
+    """One row per (obligation, rule, load model); scope as a footnote number."""
+    scopes = list(dict.fromkeys(r.scope for r in rows))
+    table = Table(title="kvreach prove", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+    table.add_column("obligation\n  rule, load model", no_wrap=True, min_width=18)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("expected", no_wrap=True)
+    table.add_column("ok", justify="center", no_wrap=True)
+    table.add_column("non-\nvac.", justify="center", no_wrap=True)
+    table.add_column("mutant\n  rejected", overflow="fold", min_width=10)
+    table.add_column("s", justify="right", no_wrap=True)
+    table.add_column("scope", justify="right", no_wrap=True)
+    for r in rows:
+        vstyle = {"proved": "green", "counterexample": "yellow"}.get(r.verdict, "red")
+        table.add_row(
+            f"{r.obligation}\n  [dim]{r.rule}, {r.load_model}[/]",
+            f"[{vstyle}]{r.verdict}[/]", r.expected,
+            "[green]✓[/]" if r.ok else "[red]✗[/]", _mark(r.non_vacuous),
+            f"{r.mutant}\n  {_mark(r.mutant_rejected)}",
+            f"{r.seconds:.2f}", _scope_ref(scopes.index(r.scope) + 1),
+        )
+    return table
+
+
+
+def print_prove_report(out: Console, rows: list, total: float) -> int:
+    """The ``prove`` table, its scope footnotes, details and counterexamples,
+    and the summary line; -> the number of rows that are ok."""
+    out.print(_prove_table(rows))
+    scopes = list(dict.fromkeys(r.scope for r in rows))
+    base = os.path.commonprefix(scopes) if len(scopes) > 1 else ""
+    base = base[: base.rfind(";") + 1] if ";" in base else ""
+    out.print("[bold]scopes[/]" + (f" (all: {base.rstrip(';')})" if base else "") + ":",
+              soft_wrap=True)
+    for i, sc in enumerate(scopes, 1):
+        out.print(f"  [{i}] {sc[len(base):].strip()}", markup=False, soft_wrap=True)
+    details = [r for r in rows if r.detail]
+    if details:
+        out.print("[bold]details[/]:")
+        for r in details:
+            out.print(f"  {r.obligation} {r.rule} {r.load_model}: {r.detail}",
+                      markup=False, soft_wrap=True)
+    cexs = [r for r in rows if r.verdict == "counterexample" and r.counterexample]
+    if cexs:
+        out.print("[bold]counterexamples[/]:")
+        for r in cexs:
+            out.print("  " + _cex_line(r), markup=False, soft_wrap=True)
+    n_ok = sum(1 for r in rows if r.ok)
+    out.print(f"{len(rows)} row(s), {n_ok} ok, {len(rows) - n_ok} not ok; total {total:.2f} s")
+    return n_ok
+
+
+def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
+    cfg = cex["config"]
+    t = Table(title="configuration", title_justify="left", show_header=False)
+    t.add_column("key")
+    t.add_column("value")
+    for k, v in {**cfg["group"], **cfg["request"], **(cex.get("lifecycle") or {})}.items():
+        t.add_row(k, _show(v) if v is not None else "None")
+    t.add_row("tracked chunk", str(cex.get("chunk")))
+    for k in ("final_horizon_chunks", "boundary_block"):
+        if k in cex:
+            t.add_row(k, str(cex[k]))
+    if depth is not None:
+        t.add_row("BMC depth (steps)", str(depth))
+    out.print(t)
+    trace = cex.get("trace")
+    if trace is None:
+        return
+    loadable = set(trace.get("loadable", []))
+    _print_steps(out, trace, loadable, f"replayed lifecycle (load model {model})")
+    spec = cex.get("spec_steps") or []
+    if spec:
+        out.print("spec steps: " + "; ".join(
+            f"{i}:{s['kind']} sched={s['scheduled_tokens']} n={s['num_chunks']}"
+            f"{' submits tracked chunk' if s['submitted_tracked_chunk'] else ''}"
+            for i, s in enumerate(spec, 1)), markup=False, soft_wrap=True)
+    _sets_summary(out, list(trace["stored"]), loadable, set(trace.get("needed", [])), model)
+    out.print(f"[bold]replayed violation chunks[/]: {ranges(cex.get('replayed_violation') or [])}",
+              soft_wrap=True)
+
+
+def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
+    from kvreach.plot import MISSED, WASTED, panel_title
+
+    for m in drawn:
+        end = m.rows[-1]  # the end state (or a mask's single row)
+        console.print(f"{panel_title(m)}; drawn chunks {m.lo}-{m.hi - 1}: "
+                      f"wasted {ranges(end.chunks(WASTED))}, missed {ranges(end.chunks(MISSED))}",
+                      markup=False, soft_wrap=True)
+    console.print(f"wrote {png} and {svg}", markup=False, soft_wrap=True)

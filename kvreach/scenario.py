@@ -1,0 +1,91 @@
+"""One request's scenario as ``kvreach simulate`` and ``kvreach plot`` take
+it (option names: a full-attention block size, not an alignment), and
+running it through the executable rule.
+
+Sits between the parameters and the CLI: imports ``kvreach.params`` and
+``kvreach.impl.lifecycle`` only. The alignment comes from
+:func:`kvreach.params.alignment_tokens`, the rule ``tests/vllm`` checks
+against vLLM's own ``SchedulerOffloadConfig.from_spec``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvreach.params import GroupConfig, ParamError, RequestConfig, alignment_tokens
+
+if TYPE_CHECKING:
+    from kvreach.impl.lifecycle import Trace
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One SWA group (with at most one full-attention group beside it) and
+    one request; :func:`run_scenario` validates it and drives a rule."""
+
+    swa_block_size: int
+    window: int
+    prompt: int
+    budget: int
+    full_block_size: int | None = None
+    blocks_per_chunk: int = 1
+    dcp: int = 1
+    eagle: bool = False
+    retention_interval: int | None = None
+    max_offload_tokens: int | None = None
+    offload_prompt_only: bool = True
+    abort_after_step: int | None = None
+    async_scheduling: bool = False
+    decode: int = 0
+    load_model: str = "intended"
+
+    def config(self, rule: str) -> dict:
+        """The ``config`` object of ``simulate --json`` (option names)."""
+        return {
+            "rule": rule, "load_model": self.load_model,
+            "full_block_size": self.full_block_size, "swa_block_size": self.swa_block_size,
+            "window": self.window, "blocks_per_chunk": self.blocks_per_chunk, "dcp": self.dcp,
+            "eagle": self.eagle, "retention_interval": self.retention_interval,
+            "prompt": self.prompt, "budget": self.budget,
+            "max_offload_tokens": self.max_offload_tokens,
+            "offload_prompt_only": self.offload_prompt_only, "decode": self.decode,
+            "abort_after_step": self.abort_after_step, "async": self.async_scheduling,
+        }
+
+    @property
+    def alignment_tokens(self) -> int:
+        """Full-attention block (else the SWA block) x DCP x blocks_per_chunk."""
+        full = [] if self.full_block_size is None else [self.full_block_size]
+        a = alignment_tokens(full, [self.swa_block_size], self.dcp, self.blocks_per_chunk)
+        assert a is not None  # one full-attention group at most
+        return a
+
+
+# Scenario fields that are integers, with their minimum (None: not given).
+MINIMUM = {
+    "swa_block_size": 1, "window": 1, "prompt": 1, "budget": 1, "full_block_size": 1,
+    "blocks_per_chunk": 1, "dcp": 1, "retention_interval": 0, "max_offload_tokens": 0,
+    "abort_after_step": 0, "decode": 0,
+}
+
+
+def run_scenario(rule: str, s: Scenario) -> Trace:
+    """Validate ``s`` (``ParamError`` naming the Scenario field, or the
+    ``GroupConfig`` / ``RequestConfig`` / ``Lifecycle`` parameter) and drive
+    it through the executable rule ``rule``."""
+    from kvreach.impl.lifecycle import Lifecycle, run  # only when a scenario runs
+
+    for name, lo in MINIMUM.items():
+        v = getattr(s, name)
+        if v is not None and v < lo:
+            raise ParamError(name, v, f"an integer >= {lo}")
+    g = GroupConfig(
+        block_size=s.swa_block_size, window=s.window, alignment_tokens=s.alignment_tokens,
+        blocks_per_chunk=s.blocks_per_chunk, dcp_world_size=s.dcp, eagle=s.eagle,
+        retention_interval=s.retention_interval,
+    )
+    req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
+    lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,
+                   async_scheduling=s.async_scheduling)
+    return run(rule, g, req, lc)
