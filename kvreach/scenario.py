@@ -39,6 +39,7 @@ class Scenario:
     async_scheduling: bool = False
     decode: int = 0
     load_model: str = "intended"
+    extra_retained_tokens: int = 0
 
     def config(self, rule: str) -> dict:
         """The ``config`` object of ``simulate --json`` (option names)."""
@@ -51,6 +52,7 @@ class Scenario:
             "max_offload_tokens": self.max_offload_tokens,
             "offload_prompt_only": self.offload_prompt_only, "decode": self.decode,
             "abort_after_step": self.abort_after_step, "async": self.async_scheduling,
+            "extra_retained_tokens": self.extra_retained_tokens,
         }
 
     @property
@@ -66,8 +68,20 @@ class Scenario:
 MINIMUM = {
     "swa_block_size": 1, "window": 1, "prompt": 1, "budget": 1, "full_block_size": 1,
     "blocks_per_chunk": 1, "dcp": 1, "retention_interval": 0, "max_offload_tokens": 0,
-    "abort_after_step": 0, "decode": 0,
+    "abort_after_step": 0, "decode": 0, "extra_retained_tokens": 0,
 }
+
+
+def lookup_groups(s: Scenario) -> tuple:
+    """The scenario's KV-cache groups as the offload lookup sees them: the
+    full-attention group (if any), then the SWA group."""
+    from kvreach.impl.lookup import LookupGroup
+
+    full = () if s.full_block_size is None else (
+        LookupGroup(s.full_block_size * s.dcp, s.blocks_per_chunk),)
+    return full + (LookupGroup(s.swa_block_size * s.dcp, s.blocks_per_chunk,
+                               window_tokens=s.window,
+                               extra_retained_tokens=s.extra_retained_tokens, eagle=s.eagle),)
 
 
 def run_scenario(rule: str, s: Scenario) -> Trace:
@@ -83,7 +97,7 @@ def run_scenario(rule: str, s: Scenario) -> Trace:
     g = GroupConfig(
         block_size=s.swa_block_size, window=s.window, alignment_tokens=s.alignment_tokens,
         blocks_per_chunk=s.blocks_per_chunk, dcp_world_size=s.dcp, eagle=s.eagle,
-        retention_interval=s.retention_interval,
+        retention_interval=s.retention_interval, extra_retained_tokens=s.extra_retained_tokens,
     )
     req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
     lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,

@@ -1,4 +1,5 @@
-"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach plot``,
+"""Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach lookup``
+(a later request's offload hit), ``kvreach plot``,
 ``kvreach counterexample``, ``kvreach catalog`` (docs/proofs.md) and
 ``kvreach diagram`` (the lifecycle diagram of docs/lifecycle.md), one module
 each; the shared plumbing is in :mod:`kvreach.cli._common` (errors, consoles,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from kvreach.cli import catalog, counterexample, diagram, plot, prove, simulate
+from kvreach.cli import catalog, counterexample, diagram, lookup, plot, prove, simulate
 from kvreach.cli._common import _OneLineErrors
 from kvreach.cli.render import ranges
 
@@ -28,6 +29,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Z3 spec and executable model of vLLM's SWA KV-offload store rules (PR #54362).",
 )
-for _command in (prove.prove, simulate.simulate, plot.plot, counterexample.counterexample,
-                 catalog.catalog, diagram.diagram):
+for _command in (prove.prove, simulate.simulate, lookup.lookup, plot.plot,
+                 counterexample.counterexample, catalog.catalog, diagram.diagram):
     app.command()(_command)

@@ -60,6 +60,8 @@ SCENARIO_OPTIONS: list[_Opt] = [
     _Opt("async_scheduling", "--async", bool, False, "async scheduling"),
     _Opt("decode", "--decode", int, 0, "decode steps after the prompt"),
     _Opt("load_model", "--load-model", str, "intended", "one of " + ", ".join(LOAD_MODELS)),
+    _Opt("extra_retained_tokens", "--extra-retained-tokens", int, 0,
+         "SlidingWindowSpec.extra_retained_tokens (MTP re-prefill history)"),
 ]
 
 
