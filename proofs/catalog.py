@@ -214,7 +214,7 @@ def render(results: dict, findings_md: str = "") -> str:
         "`any` when the obligation does not depend on the rule.",
         "- **load model**: which later hits the stores are checked against, `aligned` (what vLLM's "
         "lookup produces) or `intended` (plus a hit at the request's own final horizon, the PR's "
-        "premise), see [spec.md](spec.md#load-models-written-from-the-load-side); `any` when the "
+        "premise), see [spec.md](spec.md#load-models-the-lookup-and-two-approximations-of-it); `any` when the "
         "obligation does not depend on it.",
         "- **scope**: what the verdict covers beyond the part common to every row (below).",
         "- **expected** / **last verdict**: `proved` (every solver query unsat; lifecycle rows also "
