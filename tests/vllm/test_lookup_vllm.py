@@ -180,11 +180,7 @@ def cases(draw):
 EXAMPLES = int(os.environ.get("KVREACH_LOOKUP_EXAMPLES", "300"))
 
 
-@settings(max_examples=EXAMPLES, deadline=None,
-          derandomize="KVREACH_LOOKUP_EXAMPLES" not in os.environ,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(case=cases())
-def test_twin_equals_vllm_lookup(offline_model_dir, case):
+def _twin_equals_vllm_lookup(offline_model_dir, case):
     name, stored_len, later_len, diverges, content, keep_gpu, max_load, seed = case
     rng = random.Random(seed)
     rec = recorder(name, offline_model_dir)
@@ -211,6 +207,18 @@ def test_twin_equals_vllm_lookup(offline_model_dir, case):
     event("deferred first" if obs[0].hit_tokens is None else "settled first")
     event("gpu-local hit" if last.local_hit_tokens else "no local hit")
     reset(rec)
+
+
+_HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+test_twin_equals_vllm_lookup = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=_HEALTH,
+    derandomize="KVREACH_LOOKUP_EXAMPLES" not in os.environ,
+)(given(case=cases())(_twin_equals_vllm_lookup))
+
+# The slow suite (pytest -m slow): 10,000 random cases, figures in docs/conformance.md.
+test_twin_equals_vllm_lookup_10k = pytest.mark.slow(settings(
+    max_examples=10_000, deadline=None, suppress_health_check=_HEALTH,
+)(given(case=cases())(_twin_equals_vllm_lookup)))
 
 
 # --- DCP 2, at the OffloadingConnectorScheduler level ------------------------------------
