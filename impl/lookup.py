@@ -225,6 +225,14 @@ def sliding_window_lookup(
     right end, the end index of the first run of ``required_window``
     consecutive hits; the first run needs ``initial_window_chunks``, any run
     after a MISS or RETRY ``window_chunks``. 0 on a miss, None if deferred."""
+    return scan(answers, window_chunks, initial_window_chunks)
+
+
+def scan(answers: Sequence[Answer], window_chunks: int, initial_window_chunks: int,
+         reset_window_on_break: bool = True) -> int | None:
+    """The loop of :func:`sliding_window_lookup`. ``reset_window_on_break=False``
+    is the mutant that keeps the initial window after a break (CrossHair must
+    find it: tests/conformance/test_crosshair.py)."""
     defer = pending = False
     consecutive = 0
     required = initial_window_chunks or window_chunks
@@ -237,7 +245,9 @@ def sliding_window_lookup(
             consecutive += 1
         else:  # RETRY or MISS
             defer |= a is Answer.RETRY
-            consecutive, pending, required = 0, False, window_chunks
+            consecutive, pending = 0, False
+            if reset_window_on_break:
+                required = window_chunks
         if consecutive == required:
             return None if defer or pending else idx + required
     return None if defer or pending else consecutive
@@ -391,6 +401,7 @@ def _loads_only_hits(groups, req, content, result: LookupOutcome) -> bool:
 @deal.ensure(lambda groups, req, content, result:
              result.hit_tokens is None or 0 <= result.hit_tokens <= req.num_tokens - req.local_hit_tokens)
 @deal.ensure(_loads_only_hits)
+@deal.raises(ParamError)
 def lookup(groups: Sequence[LookupGroup], req: LaterRequest, content: StoreContent) -> LookupOutcome:
     """The offload hit of ``req`` against ``content`` and the chunks it loads
     (``get_num_new_matched_tokens`` then ``update_state_after_alloc``)."""

@@ -269,3 +269,17 @@ def store_prefix_frontier(
         cursor, num_chunks, chunks, None if mask is None else tuple(mask),
         max(cursor, num_chunks),
     )
+
+
+# --- the offload lookup's scan (kvreach.impl.lookup) ----------------------------------------
+from kvreach.impl import lookup as _lookup  # noqa: E402
+
+Answer = _lookup.Answer  # counterexamples print Answer.X; the replay evaluates them here
+
+
+@deal.pre(lambda answers, w, w0: 1 <= w <= w0 and len(answers) <= 12)
+@deal.ensure(lambda answers, w, w0, result: result == _lookup.sliding_window_end(answers, w, w0))
+def scan_keeps_initial_window(answers: list[_lookup.Answer], w: int, w0: int) -> int | None:
+    """Mutant: the twin's scan loop without the reset of the window after a
+    MISS / RETRY (a parameter of the one loop, not a copy)."""
+    return _lookup.scan(answers, w, w0, reset_window_on_break=False)

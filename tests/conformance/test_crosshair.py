@@ -1,6 +1,7 @@
 """CrossHair can fail: it finds a counterexample to the deal contract in each
 deliberately wrong copy of a rule (``crosshair_targets``: the pre-fix horizon,
-``need = ceil(W / B)``, the dropped EAGLE shift) and none in the real rule
+``need = ceil(W / B)``, the dropped EAGLE shift, the lookup scan that keeps its
+initial window) and none in the real rule
 under the same contract and bounds.
 
 All CrossHair runs start together (module fixture) so they share the 2 cores;
@@ -26,6 +27,7 @@ MUTANTS = {
     "mask_no_eagle_shift": 150,
     "horizon_prefix_frontier": 60,
     "store_prefix_frontier": 60,
+    "scan_keeps_initial_window": 60,
 }
 REAL = {"mask_real": 20, "horizon_real": 20, "store_real": 20}
 
