@@ -347,6 +347,46 @@ def v029_chunk_reachable(chunk: int, storable_count: int, g: GroupConfig) -> boo
 # ---------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------
+# kvreach's rule "lookup-window": the runs vLLM 0.33.0's offload lookup asks for
+# ---------------------------------------------------------------------------
+
+
+def lookup_window_chunks(g: GroupConfig) -> int:
+    """Chunks the rule keeps before a boundary: ``ceil((W + extra) / C)``, the
+    run a later request of exactly ``b`` tokens needs (its hit is capped at
+    ``b - 1`` and ``load_window_size_in_chunks`` widens the run by the
+    one-token right padding); it covers the aligned hit's run
+    (``get_sliding_window_size_in_chunks``) too. One more for an EAGLE group
+    (its run is one chunk longer), which also keeps the chunk after the
+    boundary (queried, then popped)."""
+    return cdiv(g.mask_window_tokens, g.chunk_tokens) + g.shift
+
+
+def lookup_window_keep(c: int, g: GroupConfig, prompt_tokens: int) -> bool:
+    """``lookup-window`` keeps chunk ``c`` iff it lies in
+    ``[b - lookup_window_chunks, b + shift)`` for a boundary ``b`` (chunks) a
+    later lookup can end at: every multiple of the segment (alignment; the
+    retention interval when set; none for interval 0) and, with a retention
+    interval, the repeated prompt's ``floor(P / A) * A``. Dense when the
+    alignment is not a whole number of chunks (or there is none)."""
+    A, C = g.alignment_tokens, g.chunk_tokens
+    if A is None or A % C:
+        return True
+    ws, ew = lookup_window_chunks(g), g.shift
+    seg = g.segment_tokens
+    if seg is not None:
+        s_c = seg // C
+        k = (c + ws) // s_c
+        if k >= 1 and k * s_c > c - ew:
+            return True
+    if g.retention_interval is not None:
+        b = prompt_tokens // A * (A // C)
+        if b >= 1 and b - ws <= c < b + ew:
+            return True
+    return False
+
+
 def storable_chunks(
     rule: str, g: GroupConfig, req: RequestConfig, offloadable: int, finished: bool
 ) -> int:
@@ -355,7 +395,7 @@ def storable_chunks(
     chunk while decoding; vLLM 0.33 lifts that once finished, 0.29 never."""
     n = offloadable // g.chunk_tokens
     decoding = offloadable > req.prompt_tokens
-    lifted = finished and rule == "vllm-0.33"
+    lifted = finished and rule != "vllm-0.29"
     if g.eagle and decoding and not lifted:
         n = max(0, n - 1)
     return n
@@ -365,7 +405,7 @@ def finish_tokens(rule: str, req: RequestConfig, num_tokens: int) -> int:
     """``num_tokens_after_batch`` of a normally finished request: 0.33 clamps to
     the commit point ``max(num_prompt_tokens, num_tokens - 1)``; 0.29 used
     ``num_tokens``."""
-    if rule == "vllm-0.33":
+    if rule != "vllm-0.29":
         return max(req.prompt_tokens, num_tokens - 1)
     return num_tokens
 
@@ -447,6 +487,11 @@ def store_window(
             c for c in range(start, num_chunks) if v029_chunk_reachable(c, num_chunks, g)
         )
         return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks))
+    if rule == "lookup-window":
+        keep = [lookup_window_keep(c, g, req.prompt_tokens) for c in range(start, num_chunks)]
+        chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
+        mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
+        return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks))
 
     prompt_h = req.offloadable(req.prompt_tokens, req.prompt_tokens) // g.chunk_tokens
     horizon = store_horizon_chunks(g, finished, num_chunks, prompt_h)

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-RULES: tuple[str, ...] = ("vllm-0.29", "vllm-0.33")
+RULES: tuple[str, ...] = ("vllm-0.29", "vllm-0.33", "lookup-window")
 LOAD_MODELS: tuple[str, ...] = ("aligned", "intended")
-Rule = Literal["vllm-0.29", "vllm-0.33"]
+Rule = Literal["vllm-0.29", "vllm-0.33", "lookup-window"]
 LoadModel = Literal["aligned", "intended"]
 
 

@@ -18,10 +18,16 @@ from typing import Callable
 import z3
 
 from kvreach.spec import load, mask
-from kvreach.spec.config import SymConfig
+from kvreach.spec.config import R_NONE, R_POS, SymConfig, _max, _min
 from kvreach.spec.lifecycle import (
     K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition,
 )
+
+
+def _fresh_lookup():
+    from kvreach.spec.lookup import LookupSym
+
+    return LookupSym.fresh("later_")
 
 
 @dataclass
@@ -37,6 +43,9 @@ class Ctx:
     budget: z3.ArithRef = field(default_factory=lambda: z3.Int("budget"))
     store_fn: Callable | None = None  # a mutant's store decision
     variant: str | None = None  # a static mutant
+    # the later request of the lookup obligations (world: single request)
+    lk: object = field(default_factory=lambda: _fresh_lookup())
+    shared: z3.ArithRef = field(default_factory=lambda: z3.Int("later_shared_tokens"))
 
     def base(self) -> list:
         return [self.s.well_formed(), self.budget >= 1]
@@ -61,6 +70,7 @@ class Obligation:
     model_specific: bool = True
     scope: str | None = None  # a static obligation's own scope (else the symbolic one)
     split: bool = True  # the runner's case split on the store configuration applies
+    rules: tuple[str, ...] | None = None  # the rules it is run for (None: every rule)
 
 
 def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
@@ -209,6 +219,76 @@ def _load_window_blocks(ctx: Ctx):
                   first_tok / s.B != L - need0)]
 
 
+# --- the offload lookup's obligations (world: single request) --------------
+
+
+def later_request(ctx: Ctx, computed_tokens) -> z3.BoolRef:
+    """A later request (any length, any GPU-local hit, any max_load_tokens)
+    sharing its first ``ctx.shared`` tokens with this request's computed
+    tokens, looking up with this request's groups (``spec.lookup.link``)."""
+    from kvreach.spec.lookup import link
+
+    lk, D = ctx.lk, ctx.shared
+    return z3.And(lk.well_formed(), link(ctx.s, lk), 0 <= D, D <= lk.num_tokens,
+                  D <= computed_tokens, lk.local_hit_tokens <= D)
+
+
+def dense_lookup(ctx: Ctx, offloadable_tokens):
+    """The later request's lookup when the tier holds every chunk this request
+    could offload (dense), as far as the two requests share tokens."""
+    from kvreach.spec.lookup import lookup, prefix_keys
+
+    lk = ctx.lk
+    shared = _min(offloadable_tokens, ctx.shared)
+    return lookup(lk, prefix_keys(z3.If(lk.has_full, shared / lk.C_full, 0), shared / lk.C))
+
+
+def promised(ctx: Ctx, t) -> z3.BoolRef:
+    """Which later requests a retention mode promises a full hit: every one
+    without a retention interval; with interval R > 0 a hit ending at a
+    multiple of R; with any interval the repeated prompt (same tokens, no
+    GPU-local hit, no max_load_tokens)."""
+    s, lk = ctx.s, ctx.lk
+    end = lk.local_hit_tokens + t.hit_tokens
+    repeated = z3.And(lk.num_tokens == s.P, ctx.shared == s.P, lk.local_hit_tokens == 0,
+                      z3.Not(lk.has_max_load))
+    return z3.Or(s.rmode == R_NONE, z3.And(s.rmode == R_POS, end % (s.Rc * s.C) == 0), repeated)
+
+
+def _hit_step(ctx: Ctx, pre, tr, post):
+    """The request ended; a later request's dense hit needs chunk ``c`` (it
+    lies in the SWA run the dense lookup accepted) and ``c`` was not stored:
+    with the rule's stores that run breaks, and the hit is shorter."""
+    t = dense_lookup(ctx, tr.off)
+    return z3.And(
+        tr.finished, later_request(ctx, post.f), t.hit_tokens > 0, promised(ctx, t),
+        t.swa_verified[0] <= ctx.c, ctx.c < t.swa_verified[1], z3.Not(post.stored),
+    )
+
+
+def _hit_bmc(ctx, sts, trs):
+    return _hit_step(ctx, sts[-2], trs[-1], sts[-1])
+
+
+def _prefix_scan(ctx: Ctx):
+    """``spec.lookup.prefix_scan_end`` is the scan's end when exactly the
+    keys below ``present_below`` hit: it qualifies, and no larger end does."""
+    from kvreach.spec import lookup
+
+    x, n = z3.Int("present_below"), z3.Int("scan_keys")
+    w, w0, e = z3.Int("sliding_window_chunks"), z3.Int("initial_window_chunks"), z3.Int("larger_end")
+    end = lookup.prefix_scan_end(x, n)
+    if ctx.variant == "prefix-scan-one-short":
+        end = _max(0, end - 1)
+
+    def qualifies(k):  # keys at and above x break the run
+        return lookup.run_qualifies(k, n, w, w0, k >= x, lambda lo, hi: hi > _max(lo, x))
+
+    base = [0 <= n, 1 <= w, w <= w0]
+    return [Query(base, z3.Not(qualifies(end))),
+            Query(base + [e > end, qualifies(e)], z3.BoolVal(True))]
+
+
 SCAN_BOUND_KEYS = 12
 
 
@@ -248,6 +328,7 @@ OBLIGATIONS: dict[str, Obligation] = {
             "Every chunk submitted, at every step, is wanted by the load model "
             "under the request's final horizon (requested by some hit boundary).",
             "lifecycle", step_violation=_sound_step, bmc_violation=_sound_bmc,
+            rules=("vllm-0.29", "vllm-0.33"),
         ),
         Obligation(
             "completeness",
@@ -255,6 +336,7 @@ OBLIGATIONS: dict[str, Obligation] = {
             "(all requested chunks below the final horizon) whose tokens were "
             "computed has been submitted.",
             "lifecycle", step_violation=_complete_step, bmc_violation=_complete_bmc,
+            rules=("vllm-0.29", "vllm-0.33"),
         ),
         Obligation(
             "exactly-once",
@@ -275,6 +357,7 @@ OBLIGATIONS: dict[str, Obligation] = {
             "chunks of the union, over the load model's hit boundaries, of each "
             "boundary's need-window.",
             "static", queries=_mask_eq,
+            rules=("vllm-0.29", "vllm-0.33"),
         ),
         Obligation(
             "invariant",
@@ -293,6 +376,25 @@ OBLIGATIONS: dict[str, Obligation] = {
             "The closed-form chunk mask equals 'some block of the chunk is "
             "reachable' (vLLM's any() over the chunk's blocks).",
             "static", queries=_chunk_closed_form, rule_specific=False, model_specific=False,
+        ),
+        Obligation(
+            "hit-preservation",
+            "No later request loses offload hit tokens to the SWA mask: its hit "
+            "with the rule's stores equals its hit with dense stores (every chunk "
+            "this request could offload), in the single-request world; with a "
+            "retention interval, for the requests the interval promises.",
+            "lifecycle", step_violation=_hit_step, bmc_violation=_hit_bmc,
+            model_specific=False,
+        ),
+        Obligation(
+            "lookup-prefix-scan",
+            "When exactly the keys below some index hit (one request's dense "
+            "stores), the sliding-window scan ends at min(n, max(0, index)).",
+            "static", queries=_prefix_scan, rule_specific=False, model_specific=False,
+            scope=("symbolic, unbounded: key count n >= 0, windows 1 <= w <= w0, the "
+                   "first missing key; the closed form of the scan (largest qualifying "
+                   "end), no steps"),
+            split=False,
         ),
         Obligation(
             "lookup-scan-closed-form",

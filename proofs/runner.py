@@ -206,7 +206,7 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None):
     for name, ob in OBLIGATIONS.items():
         if obligation and name != obligation:
             continue
-        for r in (RULES if ob.rule_specific else ("any",)):
+        for r in ((ob.rules or RULES) if ob.rule_specific else ("any",)):
             if rule and ob.rule_specific and r != rule:
                 continue
             for m in (LOAD_MODELS if ob.model_specific else ("any",)):

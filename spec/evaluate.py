@@ -258,8 +258,10 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
                   full_chunks: Iterable[int], swa_chunks: Iterable[int]) -> dict:
     """``spec.lookup.lookup`` pinned to one configuration, one later request
     and one store content (the chunks of each group the manager answers HIT
-    for): ``hit_tokens``, ``swa_loaded`` and ``full_loaded`` (chunk ranges).
-    The bound is the later request's key count, so every range fits it."""
+    for: sets, or two counts for "exactly the chunks below"):
+    ``hit_tokens``, ``swa_loaded``, ``full_loaded`` and ``swa_verified``
+    (chunk ranges). With sets the bound is the later request's key count, so
+    every range fits it."""
     from kvreach.spec import lookup as lk
 
     s = lk.LookupSym.fresh("evl_")
@@ -271,12 +273,18 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
         s.has_max_load == (max_load_tokens is not None), s.max_load_tokens == (max_load_tokens or 0),
     )
     ev = Pinned(pins, "lookup configuration")
-    fset, sset = chunk_set(full_chunks), chunk_set(swa_chunks)
-    bound = num_tokens // min(swa_block_tokens, full_block_tokens or swa_block_tokens) + 2
-    t = lk.lookup(s, lambda c: z3.Select(fset, c), lambda c: z3.Select(sset, c), bound)
+    if isinstance(full_chunks, int) and isinstance(swa_chunks, int):
+        keys = lk.prefix_keys(full_chunks, swa_chunks)  # HIT exactly below each count
+    else:
+        fset, sset = chunk_set(full_chunks), chunk_set(swa_chunks)
+        bound = num_tokens // min(swa_block_tokens, full_block_tokens or swa_block_tokens) + 2
+        keys = lk.bounded_keys(lambda c: z3.Select(fset, c), lambda c: z3.Select(sset, c),
+                               bound, "evl")
+    t = lk.lookup(s, keys)
     side = t.side + [t.scope]
     return {
         "hit_tokens": ev.value(t.hit_tokens, side),
         "swa_loaded": tuple(ev.value(x, side) for x in t.swa_loaded),
         "full_loaded": tuple(ev.value(x, side) for x in t.full_loaded),
+        "swa_verified": tuple(ev.value(x, side) for x in t.swa_verified),
     }

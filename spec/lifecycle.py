@@ -38,7 +38,7 @@ from typing import Callable
 import z3
 
 from kvreach.spec.config import R_NONE, SymConfig, _max
-from kvreach.spec.rules import RULES, finish_tokens, storable_chunks
+from kvreach.spec.rules import RULES, STATIC_KEEP, finish_tokens, storable_chunks
 
 K_PREFILL, K_DECODE, K_FINISH, K_ABORT = range(4)
 
@@ -67,6 +67,7 @@ class Transition:
     submitted: z3.BoolRef
     finished: z3.BoolRef
     constraints: z3.BoolRef
+    off: z3.ArithRef | None = None  # offloadable tokens of the step
 
 
 def init(st: State) -> z3.BoolRef:
@@ -221,7 +222,7 @@ def transition(
         post.ended == finished,
         step.side,
     )
-    return Transition(kind, sched, tokens_after, n, step.submitted, finished, cons)
+    return Transition(kind, sched, tokens_after, n, step.submitted, finished, cons, off)
 
 
 def cursor_of(s: SymConfig, rule: str, f) -> z3.ArithRef:
@@ -244,6 +245,8 @@ def invariant(s: SymConfig, rule: str, st: State, c) -> z3.BoolRef:
     base = z3.And(
         z3.Not(st.ended), st.f >= 0, st.cursor == cursor_of(s, rule, st.f),
     )
+    if rule in STATIC_KEEP:
+        return z3.And(base, st.stored == z3.And(c >= 0, c < st.cursor, STATIC_KEEP[rule](s, c)))
     if rule == "vllm-0.33":
         return z3.And(base, st.stored == z3.And(
             c >= 0, c < st.cursor, mask.chunk_reachable(

@@ -37,7 +37,7 @@ from typing import Callable
 
 import z3
 
-from kvreach.spec.config import _max, _min
+from kvreach.spec.config import SymConfig, _max, _min
 
 Pred = Callable[[z3.ArithRef], z3.BoolRef]
 
@@ -87,6 +87,26 @@ class ScanResult:
     side: list  # constraints defining fresh symbols
 
 
+def run_length(e, n, w, w0, reset_window_on_break: bool = True):
+    """``required_window`` when the run ending at ``e`` completes: the initial
+    window at the right end ``n``, ``sliding_window_size`` below a break."""
+    return w0 if not reset_window_on_break else z3.If(e == n, w0, w)
+
+
+def run_qualifies(e, n, w, w0, breaks_at_e, some_break_in, reset_window_on_break: bool = True):
+    """The scan can return ``e``: ``e == n`` or key ``e`` breaks the run, and
+    no key of ``[max(0, e - run_length(e)), e)`` breaks it.
+    ``some_break_in(lo, e)``: a break lies in ``[lo, e)``."""
+    lo = _max(0, e - run_length(e, n, w, w0, reset_window_on_break))
+    return z3.And(0 <= e, e <= n, z3.Or(e == n, breaks_at_e), z3.Not(some_break_in(lo, e)))
+
+
+def prefix_scan_end(present_below, n):
+    """The scan's end when exactly the keys below ``present_below`` (relative)
+    hit: ``min(n, max(0, present_below))`` (obligation ``lookup-prefix-scan``)."""
+    return _min(n, _max(0, present_below))
+
+
 def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
              reset_window_on_break: bool = True, prefix: str = "scan") -> ScanResult:
     """Closed form of ``_sliding_window_lookup`` over ``n <= bound`` keys: the
@@ -100,9 +120,7 @@ def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
     Encoded in O(bound) terms: ``last_break[e]`` is the last break below ``e``
     (-1 if none), so "no break in ``[lo, e)``" is ``last_break[e] < lo``."""
 
-    def req(e):
-        return w0 if not reset_window_on_break else z3.If(e == n, w0, w)
-
+    req = lambda e: run_length(e, n, w, w0, reset_window_on_break)  # noqa: E731
     last_break, last_pending = [z3.IntVal(-1)], [z3.IntVal(-1)]
     for i in range(bound):
         last_break.append(z3.If(breaks(z3.IntVal(i)), i, last_break[-1]))
@@ -115,7 +133,8 @@ def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
         return _max(0, e - req(e))
 
     def qualifies(e: int):
-        return z3.And(e <= n, z3.Or(e == n, breaks(z3.IntVal(e))), last_break[e] < lo(e))
+        return run_qualifies(e, n, w, w0, breaks(z3.IntVal(e)),
+                             lambda a, b: last_break[e] >= a, reset_window_on_break)
 
     end = z3.Int(prefix + "_end")
     side = [0 <= end, end <= n,
@@ -239,15 +258,49 @@ class LookupTerms:
     hit_tokens: z3.ArithRef  # beyond local_hit_tokens (0: no hit)
     swa_loaded: tuple  # [lo, hi) chunk range the SWA group loads
     full_loaded: tuple  # [lo, hi) of the full-attention group
+    swa_verified: tuple  # [lo, hi) the SWA run the scan accepted (before the EAGLE pop)
     side: list  # definitions of fresh symbols
     scope: z3.BoolRef  # the scanned key counts fit the bound
 
 
-def lookup(s: LookupSym, full_hit: Pred, swa_hit: Pred, bound: int,
-           prefix: str = "lk") -> LookupTerms:
-    """``_lookup_complete_chunks`` (one pass) and the loaded chunk ranges.
-    ``full_hit(c)`` / ``swa_hit(c)``: the manager answers HIT for chunk ``c``
-    (the later request's chunk index) of that group."""
+@dataclass
+class Keys:
+    """The manager's answers as the lookup reads them: a full-attention
+    prefix end and an SWA scan end over the later request's chunk indices."""
+
+    full_end: Callable  # (start, stop) -> (end, side)
+    swa_scan: Callable  # (start, n, w, w0) -> ScanResult
+    scope: Callable  # (full_start, full_stop, n) -> BoolRef
+
+
+def bounded_keys(full_hit: Pred, swa_hit: Pred, bound: int, prefix: str = "lk") -> Keys:
+    """Any HIT / MISS answers ``full_hit(c)``, ``swa_hit(c)``; at most
+    ``bound`` keys scanned per group."""
+    return Keys(
+        full_end=lambda a, b: prefix_end(full_hit, a, b, bound, prefix + "_full"),
+        swa_scan=lambda start, n, w, w0: scan_end(
+            lambda i: z3.Not(swa_hit(start + i)), lambda i: z3.BoolVal(False),
+            lambda i: z3.BoolVal(False), n, w, w0, bound, prefix + "_swa"),
+        scope=lambda a, b, n: z3.And(n <= bound, _max(0, b - a) <= bound),
+    )
+
+
+def prefix_keys(full_chunks, swa_chunks) -> Keys:
+    """HIT for exactly the chunks below ``full_chunks`` / ``swa_chunks``
+    (what one request's dense stores, or a union of prefixes, give a later
+    request): closed forms, no bound (obligation ``lookup-prefix-scan``)."""
+    return Keys(
+        full_end=lambda a, b: (_max(a, _min(_max(a, b), full_chunks)), []),
+        swa_scan=lambda start, n, w, w0: ScanResult(
+            prefix_scan_end(swa_chunks - start, n), z3.BoolVal(False), []),
+        scope=lambda a, b, n: z3.BoolVal(True),
+    )
+
+
+def lookup(s: LookupSym, keys: Keys) -> LookupTerms:
+    """``_lookup_complete_chunks`` (one pass) and the loaded chunk ranges
+    against the manager's answers ``keys`` (:func:`bounded_keys`,
+    :func:`prefix_keys`)."""
     local, T, C, Cf = s.local_hit_tokens, s.num_tokens, s.C, s.C_full
     m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T)
     m = m - 1  # an SWA group exists: the last prompt token is recomputed
@@ -256,7 +309,7 @@ def lookup(s: LookupSym, full_hit: Pred, swa_hit: Pred, bound: int,
     m1 = _min(m, T / Cf * Cf)
     m1 = z3.If(s.has_max_load, m1 / Cf * Cf, m1)
     f_start, f_stop = local / Cf, cdiv(m1, Cf)
-    f_end, f_side = prefix_end(full_hit, f_start, f_stop, bound, prefix + "_full")
+    f_end, f_side = keys.full_end(f_start, f_stop)
     m2 = _min(m1, Cf * f_end)
     zero.append(z3.And(s.has_full, z3.Or(m1 - local < Cf, f_end == f_start, m2 - local < Cf)))
     m2 = z3.If(s.has_full, m2, m)
@@ -270,11 +323,11 @@ def lookup(s: LookupSym, full_hit: Pred, swa_hit: Pred, bound: int,
     w = window_chunks(s.W, s.extra, C) + s.e
     w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.e) * C)) + s.e
     n = _max(0, num_chunks - start)
-    scan = scan_end(lambda i: z3.Not(swa_hit(start + i)), lambda i: z3.BoolVal(False),
-                    lambda i: z3.BoolVal(False), n, w, w0, bound, prefix + "_swa")
+    scan = keys.swa_scan(start, n, w, w0)
     m4 = _min(m3, C * (start + scan.end - s.e))
     zero.append(z3.Or(m3 - local < C, scan.end == 0, m4 - local < C))
     hit = z3.If(z3.Or(zero), 0, m4 - local)
+    verified = (start + _max(0, scan.end - run_length(scan.end, n, w, w0)), start + scan.end)
     # update_state_after_alloc: loaded chunk ranges
     total = local + hit
     B = s.B
@@ -285,5 +338,19 @@ def lookup(s: LookupSym, full_hit: Pred, swa_hit: Pred, bound: int,
     full_loads = z3.And(s.has_full, hit > 0)
     full_loaded = (z3.If(full_loads, cdiv(local, s.full_block_tokens) / s.bpc, 0),
                    z3.If(full_loads, cdiv(total, Cf), 0))
-    scope = z3.And(n <= bound, z3.Implies(s.has_full, _max(0, f_stop - f_start) <= bound))
-    return LookupTerms(hit, swa_loaded, full_loaded, f_side + scan.side, scope)
+    scope = z3.Implies(s.has_full, keys.scope(f_start, f_stop, n))
+    scope = z3.And(scope, keys.scope(0, 0, n))
+    return LookupTerms(hit, swa_loaded, full_loaded, verified, f_side + scan.side, scope)
+
+
+def link(s: SymConfig, lk: LookupSym) -> z3.BoolRef:
+    """The lookup's groups are the store configuration's: the same SWA block,
+    ``blocks_per_chunk`` and EAGLE flag; the store mask's window is
+    ``sliding_window + extra_retained_tokens``; the alignment is the
+    full-attention group's chunk (``SchedulerOffloadConfig.from_spec``), or the
+    SWA chunk when the SWA group is the only group. (Two full-attention chunk
+    sizes, no alignment, are outside this link.)"""
+    return z3.And(
+        lk.B == s.B, lk.bpc == s.bpc, s.W == lk.W + lk.extra, lk.eagle == s.eagle,
+        s.has_align, z3.If(lk.has_full, s.A == lk.C_full, s.A == s.C),
+    )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import z3
 
 from kvreach.spec import mask
-from kvreach.spec.config import R_NONE, SymConfig, _max, _min
+from kvreach.spec.config import R_NONE, R_POS, R_ZERO, SymConfig, _max, _min
 
 
 @dataclass
@@ -71,4 +71,36 @@ def v029_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
     return StoreStep(submitted, _max(cursor, n), mask.v029_window_chunks(s, wc))
 
 
-RULES = {"vllm-0.29": v029_store, "vllm-0.33": v033_store}
+def lookup_window_keep(s: SymConfig, c) -> z3.BoolRef:
+    """``kvreach.impl.rules.lookup_window_keep``: chunk ``c`` lies in
+    ``[b - ws, b + shift)`` for a boundary ``b`` (chunks) a later lookup can end
+    at, ``ws = ceil((W + extra) / C) + shift`` (``s.W`` is the mask window
+    ``W + extra``): the multiples of the segment (``k = (c + ws) // seg >= 1``
+    and ``k * seg > c - shift``) and, with a retention interval, the repeated
+    prompt's ``floor(P / A) * A``. Dense when the alignment is not a whole
+    number of chunks."""
+    from kvreach.spec.lookup import cdiv
+
+    C, ew = s.C, s.e
+    ws = cdiv(s.W, C) + ew
+    seg_c = z3.If(s.rmode == R_POS, s.Rc, s.A / C)
+    k = (c + ws) / seg_c
+    in_seg = z3.And(s.rmode != R_ZERO, k >= 1, k * seg_c > c - ew)
+    b = s.P / s.A * (s.A / C)
+    in_replay = z3.And(s.rmode != R_NONE, b >= 1, b - ws <= c, c < b + ew)
+    return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
+
+
+def lookup_window_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
+    """kvreach's rule ``lookup-window`` (``kvreach.impl.rules.store_window``):
+    the chunks in ``[cursor, n)`` that :func:`lookup_window_keep` keeps; the
+    cursor moves to ``max(cursor, n)``. The keep decision does not depend on
+    the step, so no horizon and no reconsideration."""
+    submitted = z3.And(cursor <= c, c < n, lookup_window_keep(s, c))
+    return StoreStep(submitted, _max(cursor, n), z3.BoolVal(True))
+
+
+RULES = {"vllm-0.29": v029_store, "vllm-0.33": v033_store, "lookup-window": lookup_window_store}
+# Rules whose keep decision is a function of the chunk alone (their lifecycle
+# invariant is "stored iff below the cursor and kept").
+STATIC_KEEP = {"lookup-window": lookup_window_keep}

@@ -127,3 +127,25 @@ def test_bad_request():
     with pytest.raises(ParamError) as e:
         LaterRequest(10, local_hit_tokens=11)
     assert e.value.param == "local_hit_tokens"
+
+
+@settings(max_examples=150 * SCALE, **SETTINGS)
+@given(case=lookup_cases(), cut=st.integers(0, 200))
+def test_prefix_content_closed_form_equals_twin(case, cut):
+    """``spec.lookup.prefix_keys`` (HIT exactly below a count per group, the
+    single-request world's dense stores) equals the twin on those sets."""
+    full_block, B, bpc, W, extra, eagle, T, local, max_load, _, _ = case
+    C = B * bpc
+    n_swa, n_full = min(cut, T // C), (min(cut * C, T) // (full_block * bpc)) if full_block else 0
+    groups = ([LookupGroup(full_block, bpc)] if full_block else []) + [
+        LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle)]
+    content = StoreContent.of_chunks(([range(n_full)] if full_block else []) + [range(n_swa)])
+    twin = lookup(groups, LaterRequest(T, local, max_load), content)
+    spec = lookup_values(
+        full_block_tokens=full_block, swa_block_tokens=B, blocks_per_chunk=bpc, window=W,
+        extra_retained_tokens=extra, eagle=eagle, num_tokens=T, local_hit_tokens=local,
+        max_load_tokens=max_load, full_chunks=n_full, swa_chunks=n_swa)
+    assert spec["hit_tokens"] == twin.hit_tokens
+    r = twin.loaded[-1]
+    assert (spec["swa_loaded"] if len(r) else (0, 0)) == ((r.start, r.stop) if len(r) else (0, 0))
+    event("hit" if twin.hit_tokens else "no hit")
