@@ -6,8 +6,9 @@ replayed through the executable rule), ``unknown`` (a solver ``unknown``,
 a resource budget exhausted, or an induction step that fails with no
 counterexample within the BMC bound). Every check is bounded by a Z3
 resource limit (``rlimit``), never by wall time, so a verdict is a function
-of the query and the Z3 version; each row reports the resources it spent. Each row also reports non-vacuity (the premises are satisfiable)
-and its mutant (must be rejected).
+of the query and the Z3 version; each row reports the resources it spent.
+Each row also reports non-vacuity (the premises are satisfiable) and its
+mutant (must be rejected).
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
     and the Z3 version only. A model is translated back to the main context."""
     left = meter.left() if meter is not None else None
     limit = rlimit if left is None else min(rlimit, left)
-    if limit <= 0:
+    if limit <= 0:  # the meter's total is spent
+        meter.exhausted += 1
         return z3.unknown, None
     text = _smtlib(assertions)
     c = z3.Context()
