@@ -1,13 +1,13 @@
 """How proof time grows with the bounds the runner uses.
 
 The induction proofs have no bound (any number of steps); the bounds are the
-BMC depth of the counterexample search and the per-node solver timeout of the
-case-splitting. This prints, for each depth, the time to decide the BMC query
+BMC depth of the counterexample search and the per-node resource limit of
+the case-splitting. This prints, for each depth, the time to decide the BMC query
 of a few rows, and the time of each induction step query.
 
-Then the split strategy: the runner's (a 0.5 s try, then every
+Then the split strategy: the runner's (a ROOT_RL try, then every
 (step kind x EAGLE x retention) case at once, ``runner._solve_cases``) against
-the baseline it replaced (a 2 s try at every node of a depth-first split over
+the baseline it replaced (a NODE_RL try at every node of a depth-first split over
 the same cases, then the rest; ``depth_first`` below), on the slowest proved
 rows, measured in the same run, and for each the ratio runner / baseline.
 
@@ -42,11 +42,11 @@ def main() -> None:
             ctx = runner._ctx(rule, model)
             q, _, _ = bmc_query(ob, ctx, depth)
             t = time.perf_counter()
-            r, _ = runner._solve(q.premise + [q.violation], 60_000)
+            r, _ = runner._solve(q.premise + [q.violation], runner.CHECK_RL)
             cells.append(f"{time.perf_counter() - t:6.2f}s {str(r)[:5]:5s}")
         ctx = runner._ctx(rule, model)
         t = time.perf_counter()
-        r, _ = runner._decide(lifecycle_step_query(ob, ctx), ctx, True)
+        r, _ = runner._decide(lifecycle_step_query(ob, ctx), ctx, True, runner.Meter(runner.ROW_RL))
         print(f"{name:24s} {rule:10s} {model:9s} " + " ".join(cells) + f"  {time.perf_counter() - t:6.2f}s {r}")
     _ = z3
     split_strategies()
@@ -61,13 +61,13 @@ SLOW_ROWS = [
 ]
 
 
-def depth_first(assertions: list, ctx, lifecycle: bool, deadline: float):
+def depth_first(assertions: list, ctx, lifecycle: bool, meter):
     """The baseline: the runner's split before it split the cube at once."""
     s = ctx.s
     head = [s.eagle, s.rmode == R_NONE, s.rmode == R_ZERO]
     if lifecycle:
         head.insert(0, z3.Int("kind_t") == K_FINISH)
-    return runner._solve_split(assertions, head + runner._splits(ctx, lifecycle), deadline)
+    return runner._solve_split(assertions, head + runner._splits(ctx, lifecycle), meter)
 
 
 def _queries(name: str, rule: str, model: str):
@@ -88,7 +88,7 @@ def split_strategies() -> None:
             ctx, lifecycle, qs = _queries(name, rule, model)
             t = time.perf_counter()
             verdicts = [str(strategy(q.premise + [q.violation], ctx, lifecycle,
-                                     time.perf_counter() + runner.ROW_BUDGET_S)[0]) for q in qs]
+                                     runner.Meter(runner.CASES_RL))[0]) for q in qs]
             times.append(time.perf_counter() - t)
             if verdicts != ["unsat"] * len(qs):
                 print(f"  {name} {rule} {model}: {strategy.__name__} gave {verdicts}")

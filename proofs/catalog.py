@@ -188,6 +188,7 @@ def render(results: dict, findings_md: str = "") -> str:
     as_expected = sum(1 for k in order if k in by_key and by_key[k]["verdict"] == table.get(k))
     wall = run.get("seconds")
     row_sum = sum(r.get("seconds") or 0 for r in ran)
+    rl_sum = sum(r.get("rlimit") or 0 for r in ran)
     commit = run.get("git_commit")
     made_by = ", ".join(x for x in [
         f"kvreach {run['kvreach']}" if run.get("kvreach") else "",
@@ -223,7 +224,11 @@ def render(results: dict, findings_md: str = "") -> str:
         "`unknown` is never expected: it fails the run, as does any last verdict other than the "
         "expected one.",
         "- **s**: the row's wall time in the run, seconds (proof, non-vacuity and mutant); rows run "
-        "in parallel.",
+        "in parallel. Reported only: no verdict depends on it.",
+        "- **rlimit**: the Z3 resources the row's checks spent (proof, non-vacuity, counterexample "
+        "search and mutant), in Z3's `rlimit` units. Every check is bounded by such a budget, never "
+        "by time, so the verdict and this count depend on the query and the Z3 version only, not on "
+        "machine load (budgets: [spec.md](spec.md#scope), Solver).",
         "- **non-vacuous**: the row's premises are satisfiable, so `proved` is not vacuous.",
         "- **mutant rejected**: the obligation found a counterexample against its mutant (a "
         "deliberately wrong `vllm-0.33`, checked under `intended`), so it is strong enough to "
@@ -246,7 +251,8 @@ def render(results: dict, findings_md: str = "") -> str:
         f"{run.get('date') or 'date unknown'}" + (f", {made_by}" if made_by else "") + ": "
         f"{len(ran)} of {len(order)} rows run, {as_expected} as expected; "
         + (f"{wall:.1f} s wall, " if isinstance(wall, (int, float)) else "")
-        + f"row times sum to {row_sum:.1f} s.",
+        + f"row times sum to {row_sum:.1f} s"
+        + (f", Z3 resources to {rl_sum:,} rlimit units." if rl_sum else "."),
         "",
     ]
     if base:
@@ -273,9 +279,9 @@ def render(results: dict, findings_md: str = "") -> str:
             "",
             f"Mutant it must reject: `{mname}`: {_md(_doc(mfn))}",
             "",
-            "| rule | load model | scope | expected | last verdict | s | non-vacuous "
+            "| rule | load model | scope | expected | last verdict | s | rlimit | non-vacuous "
             "| mutant rejected | findings |",
-            "|---|---|---|---|---|---:|---|---|---|",
+            "|---|---|---|---|---|---:|---:|---|---|---|",
         ]
         notes = []
         for k in (k for k in order if k[0] == name):
@@ -292,16 +298,18 @@ def render(results: dict, findings_md: str = "") -> str:
                                      f"which has no '## {f}. ...' heading in docs/findings.md")
                 links.append(f"[{f}](findings.md#{anchors[f][0]})")
             if r is None:
-                cells = ["—", "not run", "—", "—", "—"]
+                cells = ["—", "not run", "—", "—", "—", "—"]
             else:
                 v = r["verdict"] if r["verdict"] == exp else f"**{r['verdict']}** (differs)"
                 cells = [_md(rest.get(r["scope"], r["scope"])) or "—", v,
-                         f"{r['seconds']:.2f}", _yes(r.get("non_vacuous")),
+                         f"{r['seconds']:.2f}",
+                         f"{r['rlimit']:,}" if isinstance(r.get("rlimit"), int) else "—",
+                         _yes(r.get("non_vacuous")),
                          _yes(r.get("mutant_rejected"))]
                 if r.get("detail"):
                     notes.append(f"- {rule}, {model}: {_md(r['detail'])}")
             L.append(f"| {rule} | {model} | {cells[0]} | {exp} | {cells[1]} | {cells[2]} "
-                     f"| {cells[3]} | {cells[4]} | {', '.join(links) or '—'} |")
+                     f"| {cells[3]} | {cells[4]} | {cells[5]} | {', '.join(links) or '—'} |")
         L.append("")
         if notes:
             L += ["Details:", ""] + notes + [""]

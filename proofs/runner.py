@@ -2,10 +2,13 @@
 
 Verdicts: ``proved`` (every query unsat; lifecycle rows also need the rule's
 ``invariant`` proved), ``counterexample`` (a concrete model, decoded and
-replayed through the executable rule), ``unknown`` (a solver ``unknown`` or
-timeout, or an induction step that fails with no counterexample within the
-BMC bound). Each row also reports non-vacuity (the premises are satisfiable)
-and its mutant (must be rejected).
+replayed through the executable rule), ``unknown`` (a solver ``unknown``,
+a resource budget exhausted, or an induction step that fails with no
+counterexample within the BMC bound). Every check is bounded by a Z3
+resource limit (``rlimit``), never by wall time, so a verdict is a function
+of the query and the Z3 version; each row reports the resources it spent.
+Each row also reports non-vacuity (the premises are satisfiable) and its
+mutant (must be rejected).
 """
 
 from __future__ import annotations
@@ -30,7 +33,19 @@ from kvreach.proofs.obligations import (
 from kvreach.spec.config import R_NONE, R_ZERO, SymConfig
 from kvreach.spec.lifecycle import K_FINISH
 
-TIMEOUT_MS = 15_000
+# Budgets in Z3 resource units (``rlimit``), never seconds: a check's
+# verdict and the resources it spends depend on the query and the Z3 version
+# only, not on machine load (docs/spec.md, Solver). Z3 4.15.4 spends roughly
+# 5-15 million units per second here. Calibrated on the full run: the
+# largest check with an answer outside a split used 11.3 M (CHECK_RL), no
+# leaf was reached, the largest row 39 M (ROW_RL): every margin is > 2x.
+CHECK_RL = 60_000_000  # one check outside a case split: BMC, mutants
+ROOT_RL = 2_000_000  # the short try of a whole query before splitting it
+NODE_RL = 3_000_000  # an inner node of the case split (exhausted: split further)
+LEAF_RL = 60_000_000  # a leaf (no split left)
+CASES_RL = 200_000_000  # one query's whole case split
+VACUITY_RL = 100_000_000  # the premises' case split (non-vacuity)
+ROW_RL = 200_000_000  # all of a row's checks but its mutant's (those: as much again)
 BMC_DEPTHS = (1, 2, 3)
 SCOPE_SYMBOLIC = (
     "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 2, "
@@ -54,6 +69,7 @@ class Row:
     scope: str
     seconds: float
     expected: str = ""
+    rlimit: int = 0  # Z3 resource units spent by the row's checks (mutant included)
     non_vacuous: bool | None = None
     mutant: str = ""
     mutant_rejected: bool | None = None
@@ -75,7 +91,8 @@ class Row:
             "obligation": self.obligation, "rule": self.rule,
             "load_model": self.load_model, "verdict": self.verdict,
             "expected": self.expected, "scope": self.scope,
-            "seconds": round(self.seconds, 3), "non_vacuous": self.non_vacuous,
+            "seconds": round(self.seconds, 3), "rlimit": self.rlimit,
+            "non_vacuous": self.non_vacuous,
             "mutant": self.mutant, "mutant_rejected": self.mutant_rejected,
             "detail": self.detail, "counterexample": self.counterexample,
         }
@@ -94,12 +111,85 @@ def expected_table() -> dict[tuple[str, str, str], str]:
     return out
 
 
-def _solve(assertions: list, timeout_ms: int = TIMEOUT_MS):
+class Meter:
+    """The Z3 resources (``rlimit`` units) a row has spent, and, with a
+    ``total``, the most it may spend: each check gets at most what is left."""
+
+    def __init__(self, total: int | None = None):
+        self.total = total
+        self.used = 0
+        self.checks = 0
+        self.exhausted = 0  # checks stopped by their resource limit
+
+    def left(self) -> int | None:
+        return None if self.total is None else self.total - self.used
+
+
+# Optional hook (calibration, bench): called with (limit, used, result) per check.
+CHECK_HOOK = None
+
+
+def _new_solver(c: z3.Context):
+    """The solver every verdict uses: Z3's QF_NIA preprocessing, then its
+    SMT core. Not ``z3.Solver()``: for these (nonlinear integer) queries its
+    default strategy is the qfnia tactic, which runs the SMT core under a 2 s
+    wall-clock ``try_for`` and nlsat under a 3 s one, so what a check finds
+    (and spends) would depend on machine load. Nothing here has a wall-clock
+    limit; the seed is fixed."""
+    t = z3.Then(
+        z3.Tactic("simplify", ctx=c), z3.Tactic("propagate-values", ctx=c),
+        z3.Tactic("solve-eqs", ctx=c),
+        z3.With(z3.Tactic("ctx-simplify", ctx=c), max_depth=30, max_steps=5_000_000),
+        z3.With(z3.Tactic("simplify", ctx=c), pull_cheap_ite=True, local_ctx=True,
+                local_ctx_limit=10_000_000),
+        z3.Tactic("elim-uncnstr", ctx=c),
+        z3.With(z3.Tactic("simplify", ctx=c), som=True),
+        z3.With(z3.Tactic("smt", ctx=c), random_seed=0), ctx=c)
+    return t.solver()
+
+
+def _smtlib(assertions: list) -> str:
+    """The query as SMT-LIB text: a function of the query alone."""
     s = z3.Solver()
-    s.set("timeout", timeout_ms)
     s.add(*assertions)
+    return s.sexpr()
+
+
+def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None):
+    """-> (z3.sat|z3.unsat|z3.unknown, model or None). One check bounded by
+    ``rlimit`` Z3 resource units (less if ``meter`` has less left).
+
+    Z3's ``rlimit`` is per check (the limit counts from the context's count
+    when the check starts) but its counter, the statistic ``rlimit count``,
+    is cumulative per context. Each check therefore runs in a fresh
+    ``z3.Context`` (its count starts at 0: the statistic is what the check
+    spent), and the query goes there as SMT-LIB text, not by
+    ``ExprRef.translate``: translated terms depend on what the main context
+    already holds, so the same query spent different resources (and one node
+    of the case split changed answer) after other queries in the process.
+    Parsed from text, the answer and the resources spent depend on the query
+    and the Z3 version only. A model is translated back to the main context."""
+    left = meter.left() if meter is not None else None
+    limit = rlimit if left is None else min(rlimit, left)
+    if limit <= 0:  # the meter's total is spent
+        meter.exhausted += 1
+        return z3.unknown, None
+    text = _smtlib(assertions)
+    c = z3.Context()
+    s = _new_solver(c)
+    s.set("rlimit", limit)
+    s.from_string(text)
     r = s.check()
-    return r, (s.model() if r == z3.sat else None)
+    st = s.statistics()
+    used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
+    m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
+    if meter is not None:
+        meter.used += used
+        meter.checks += 1
+        meter.exhausted += r == z3.unknown and used >= limit
+    if CHECK_HOOK is not None:
+        CHECK_HOOK(limit, used, str(r))
+    return r, m
 
 
 def _cube(ctx: Ctx, lifecycle: bool) -> list[list]:
@@ -131,37 +221,34 @@ def _splits(ctx: Ctx, lifecycle: bool) -> list:
     return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0]
 
 
-ROOT_MS, NODE_MS, LEAF_MS = 500, 2_000, 30_000
-
-
-def _solve_split(assertions: list, splits: list, deadline: float):
+def _solve_split(assertions: list, splits: list, meter: Meter):
     """-> (z3.sat|z3.unsat|z3.unknown, model). Depth-first case splitting:
-    a short try at each inner node (a split is cheaper than waiting), a long
-    one where no split is left."""
-    left_ms = int((deadline - time.perf_counter()) * 1000)
-    if left_ms <= 0:
-        return z3.unknown, None
-    r, m = _solve(assertions, min(NODE_MS if splits else LEAF_MS, left_ms))
+    a short try at each inner node (``NODE_RL``: a split is cheaper than
+    waiting), a long one where no split is left (``LEAF_RL``), all within
+    what is left of the ``meter``'s total."""
+    r, m = _solve(assertions, NODE_RL if splits else LEAF_RL, meter)
     if r != z3.unknown or not splits:
         return r, m
     head, rest = splits[0], splits[1:]
     for case in (head, z3.Not(head)):
-        r, m = _solve_split(assertions + [case], rest, deadline)
+        r, m = _solve_split(assertions + [case], rest, meter)
         if r != z3.unsat:
             return r, m
     return z3.unsat, None
 
 
-def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, deadline: float):
-    """-> (z3.sat|z3.unsat|z3.unknown, model): a short try of the whole query,
-    then every leaf of :func:`_cube` (with :func:`_splits` below it). unsat
-    only if every leaf is unsat; the first sat leaf's model otherwise."""
-    r, m = _solve(assertions, ROOT_MS)
+def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
+    """-> (z3.sat|z3.unsat|z3.unknown, model): a short try of the whole query
+    (``ROOT_RL``), then every leaf of :func:`_cube` (with :func:`_splits`
+    below it). unsat only if every leaf is unsat; the first sat leaf's model
+    otherwise. Every check draws on ``meter`` (an exhausted total leaves the
+    remaining leaves ``unknown``)."""
+    r, m = _solve(assertions, ROOT_RL, meter)
     if r != z3.unknown:
         return r, m
     verdict = z3.unsat
     for case in _cube(ctx, lifecycle):
-        r, m = _solve_split(assertions + case, _splits(ctx, lifecycle), deadline)
+        r, m = _solve_split(assertions + case, _splits(ctx, lifecycle), meter)
         if r == z3.sat:
             return r, m
         if r == z3.unknown:
@@ -169,37 +256,50 @@ def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, deadline: float):
     return verdict, None
 
 
-ROW_BUDGET_S = 150.0
-# Rough seconds per row on this machine, for scheduling only.
+# Rough seconds per row on this machine, for scheduling only (never a verdict).
 SLOW = {"completeness": 25, "lookup-scan-closed-form": 5, "load-witness": 20, "chunk-mask-closed-form": 17,
         "mask-equivalence": 8, "soundness": 6}
 
 
-def _decide(q: Query, ctx: Ctx, lifecycle: bool):
-    return _solve_cases(q.premise + [q.violation], ctx, lifecycle, time.perf_counter() + ROW_BUDGET_S)
+def _decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter):
+    """The query's verdict, case split, within ``CASES_RL`` resources (and
+    what the row's ``meter`` has left)."""
+    sub = Meter(CASES_RL if meter.left() is None else min(CASES_RL, meter.left()))
+    try:
+        return _solve_cases(q.premise + [q.violation], ctx, lifecycle, sub)
+    finally:
+        _charge(meter, sub)
 
 
-def _non_vacuous(q: Query, ctx: Ctx, r, lifecycle: bool) -> bool:
+def _charge(meter: Meter, sub: Meter) -> None:
+    meter.used += sub.used
+    meter.checks += sub.checks
+    meter.exhausted += sub.exhausted
+
+
+def _non_vacuous(q: Query, ctx: Ctx, r, lifecycle: bool, meter: Meter) -> bool:
     """The premises are satisfiable (a model of the violation shows it).
     Small parameter values are tried first (a model within bounds is a model),
     then the premises alone, split as the query was."""
     if r == z3.sat:
         return True
-    if _solve(q.premise + decode.readable_bounds(ctx), NODE_MS)[0] == z3.sat:
+    if _solve(q.premise + decode.readable_bounds(ctx), NODE_RL, meter)[0] == z3.sat:
         return True
-    rv, _ = _solve_cases(q.premise, ctx, lifecycle, time.perf_counter() + 60)
+    sub = Meter(VACUITY_RL if meter.left() is None else min(VACUITY_RL, meter.left()))
+    rv, _ = _solve_cases(q.premise, ctx, lifecycle, sub)
+    _charge(meter, sub)
     return rv == z3.sat
 
 
-def _static(q: Query, ctx: Ctx, split: bool = True):
+def _static(q: Query, ctx: Ctx, meter: Meter, split: bool = True):
     """-> ('unsat'|'sat'|'unknown', model, vacuity_ok). ``split=False``: one
-    solver call (the query holds none of the store configuration's symbols
-    the case split is on)."""
+    check (the query holds none of the store configuration's symbols the case
+    split is on)."""
     if not split:
-        r, m = _solve(q.premise + [q.violation], LEAF_MS)
-        return str(r), m, r == z3.sat or _solve(q.premise, LEAF_MS)[0] == z3.sat
-    r, m = _decide(q, ctx, False)
-    return str(r), m, _non_vacuous(q, ctx, r, False)
+        r, m = _solve(q.premise + [q.violation], LEAF_RL, meter)
+        return str(r), m, r == z3.sat or _solve(q.premise, LEAF_RL, meter)[0] == z3.sat
+    r, m = _decide(q, ctx, False, meter)
+    return str(r), m, _non_vacuous(q, ctx, r, False, meter)
 
 
 def rows_for(obligation: str | None, rule: str | None, model: str | None):
@@ -220,9 +320,11 @@ def _ctx(rule: str, model: str, **kw) -> Ctx:
                "intended" if model == "any" else model, **kw)
 
 
-def find_counterexample(name: str, rule: str, model: str, store_fn=None):
+def find_counterexample(name: str, rule: str, model: str, store_fn=None,
+                        meter: Meter | None = None):
     """BMC from the initial state; first pinned to PR #54362's worked example
-    (so regressions decode to its numbers), then over every configuration."""
+    (so regressions decode to its numbers), then over every configuration.
+    Each query gets ``CHECK_RL`` resources (within what ``meter`` has left)."""
     ob = OBLIGATIONS[name]
     for pinned in (True, False):
         for depth in BMC_DEPTHS:
@@ -232,7 +334,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None):
                 decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
                 if pinned else decode.readable_bounds(ctx)
             )
-            r, m = _solve(q.premise + extra + [q.violation])
+            r, m = _solve(q.premise + extra + [q.violation], CHECK_RL, meter)
             if r == z3.sat:
                 cex = decode.decode_bmc(m, ctx, sts, trs, depth, replay=store_fn is None)
                 if store_fn is None:
@@ -244,13 +346,14 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None):
 
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     ob = OBLIGATIONS[name]
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # reported only: no verdict depends on it
+    meter = Meter(ROW_RL)
     scope = SCOPE_SYMBOLIC
     detail = ""
     cex = None
     if ob.kind == "static":
         sctx = _ctx(rule, model)
-        results = [_static(q, sctx, ob.split) for q in ob.queries(sctx)]
+        results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
         non_vacuous = all(v for _, _, v in results)
         verdicts = [r for r, _, _ in results]
         if "sat" in verdicts:
@@ -258,18 +361,18 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
             m = results[verdicts.index("sat")][1]
             cex = decode.decode_static(m, _ctx(rule, model))
         elif "unknown" in verdicts:
-            verdict, detail = "unknown", "solver returned unknown / timeout"
+            verdict, detail = "unknown", _unknown_detail(meter)
         else:
             verdict = "proved"
         scope = ob.scope or scope + "; a single symbolic chunk / boundary / horizon (no steps)"
     else:
         ctx = _ctx(rule, model)
         q = lifecycle_step_query(ob, ctx)
-        r, _ = _decide(q, ctx, True)
-        non_vacuous = _non_vacuous(q, ctx, r, True)
+        r, _ = _decide(q, ctx, True, meter)
+        non_vacuous = _non_vacuous(q, ctx, r, True, meter)
         if name == "invariant":
             bq = invariant_base_query(ctx)
-            rb, _ = _decide(bq, ctx, True)
+            rb, _ = _decide(bq, ctx, True, meter)
             r = z3.sat if rb == z3.sat else r
         if r == z3.unsat:
             verdict = "proved"
@@ -283,7 +386,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         else:
             depth, cex = (None, None)
             if name != "invariant":
-                depth, cex = find_counterexample(name, ctx.rule, ctx.model)
+                depth, cex = find_counterexample(name, ctx.rule, ctx.model, meter=meter)
             if cex is not None:
                 verdict = "counterexample"
                 scope += f"; counterexample by BMC, {depth} step(s) from the initial state"
@@ -292,34 +395,50 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
             else:
                 verdict = "unknown"
                 detail = (
-                    "solver returned unknown / timeout" if r == z3.unknown else
+                    _unknown_detail(meter) if r == z3.unknown else
                     f"induction step fails and BMC finds no counterexample within {max(BMC_DEPTHS)} steps"
                 )
     mutant, rejected = run_mutant(name, rule, model)
+    # The mutant's checks count whether they ran now or were cached: the
+    # row's resources do not depend on which rows ran before in the process.
+    used = meter.used + _mutant_used.get(name, 0)
     return Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
                non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
-               detail=detail, counterexample=cex)
+               detail=detail, counterexample=cex, rlimit=used)
+
+
+def _unknown_detail(meter: Meter) -> str:
+    if meter.exhausted:
+        return (f"resource budget exhausted ({meter.exhausted} of {meter.checks} checks "
+                f"stopped by their rlimit; {meter.used} of {meter.total} units spent)")
+    return "solver returned unknown"
 
 
 _mutant_cache: dict[str, tuple[str, bool]] = {}
+_mutant_used: dict[str, int] = {}
 
 
 def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
-    """The obligation's mutant (of vllm-0.33 under intended) must be rejected."""
+    """The obligation's mutant (of vllm-0.33 under intended) must be rejected.
+    Its checks share one ``ROW_RL`` total; the resources spent are kept in
+    ``_mutant_used``."""
     if name in _mutant_cache:
         return _mutant_cache[name]
     mname, store_fn, variant = MUTANTS[name]
     ob = OBLIGATIONS[name]
+    meter = Meter(ROW_RL)
     if variant is not None:
         qs = ob.queries(_ctx("vllm-0.33", "intended", variant=variant))
-        rejected = any(_solve(q.premise + [q.violation])[0] == z3.sat for q in qs)
+        rejected = any(_solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat for q in qs)
     elif name == "invariant":
         q = lifecycle_step_query(ob, _ctx("vllm-0.33", "intended", store_fn=store_fn))
-        rejected = _solve(q.premise + [q.violation])[0] == z3.sat
+        rejected = _solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat
     else:
-        depth, _ = find_counterexample(name, "vllm-0.33", "intended", store_fn=store_fn)
+        depth, _ = find_counterexample(name, "vllm-0.33", "intended", store_fn=store_fn,
+                                       meter=meter)
         rejected = depth is not None
     _mutant_cache[name] = (mname, rejected)
+    _mutant_used[name] = meter.used
     return _mutant_cache[name]
 
 

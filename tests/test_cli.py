@@ -214,7 +214,7 @@ def test_prove_single_static_obligation(tmp_path):
     rows = doc["rows"]
     assert len(rows) == 1
     row = rows[0]
-    assert {"obligation", "rule", "load_model", "verdict", "scope", "seconds",
+    assert {"obligation", "rule", "load_model", "verdict", "scope", "seconds", "rlimit",
             "expected", "non_vacuous", "mutant", "mutant_rejected"} <= set(row)
     assert (row["obligation"], row["rule"], row["load_model"]) == ("load-window-blocks", "any", "any")
     assert row["verdict"] == "proved"

@@ -85,7 +85,7 @@ def test_committed_run_was_run_against_todays_expected_table(results):
         assert r["verdict"] == r["expected"], (k, r["verdict"], r.get("detail"))
         assert r["non_vacuous"] is True and r["mutant_rejected"] is True, k
         assert r["mutant"] == MUTANTS[r["obligation"]][0], k
-        assert {"obligation", "rule", "load_model", "verdict", "scope", "seconds"} <= set(r)
+        assert {"obligation", "rule", "load_model", "verdict", "scope", "seconds", "rlimit"} <= set(r)
     assert catalog.results_problems(results) == []
 
 
