@@ -363,12 +363,13 @@ def lookup_window_chunks(g: GroupConfig) -> int:
     return cdiv(g.mask_window_tokens, g.chunk_tokens) + g.shift
 
 
-def lookup_window_keep(c: int, g: GroupConfig, prompt_tokens: int) -> bool:
+def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int) -> bool:
     """``lookup-window`` keeps chunk ``c`` iff it lies in
     ``[b - lookup_window_chunks, b + shift)`` for a boundary ``b`` (chunks) a
     later lookup can end at: every multiple of the segment (alignment; the
     retention interval when set; none for interval 0) and, with a retention
-    interval, the repeated prompt's ``floor(P / A) * A``. Dense when the
+    interval, the repeated prompt's ``floor(P' / A) * A`` (``P'``: the
+    prompt's offloadable tokens, where its hit ends). Dense when the
     alignment is not a whole number of chunks (or there is none)."""
     A, C = g.alignment_tokens, g.chunk_tokens
     if A is None or A % C:
@@ -381,7 +382,7 @@ def lookup_window_keep(c: int, g: GroupConfig, prompt_tokens: int) -> bool:
         if k >= 1 and k * s_c > c - ew:
             return True
     if g.retention_interval is not None:
-        b = prompt_tokens // A * (A // C)
+        b = prompt_offloadable_tokens // A * (A // C)
         if b >= 1 and b - ws <= c < b + ew:
             return True
     return False
@@ -488,7 +489,8 @@ def store_window(
         )
         return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks))
     if rule == "lookup-window":
-        keep = [lookup_window_keep(c, g, req.prompt_tokens) for c in range(start, num_chunks)]
+        p_off = req.offloadable(req.prompt_tokens, req.prompt_tokens)
+        keep = [lookup_window_keep(c, g, p_off) for c in range(start, num_chunks)]
         chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
         mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
         return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks))

@@ -55,9 +55,28 @@ def _v(m, x) -> int:
     return m.eval(x, model_completion=True).as_long()
 
 
-def violation_in(trace: Trace, obligation: str, model: str) -> list[int]:
+def later_lookup_of(trace: Trace, cex: dict):
+    """The decoded later request's lookup (``kvreach.impl.worlds``) against the
+    replayed trace's stores and dense ones."""
+    from kvreach.impl.lookup import LookupGroup
+    from kvreach.impl.worlds import later_lookup
+
+    lg, lr, g = cex["lookup_groups"], cex["later_request"], trace.group
+    groups = (() if lg["full_block_tokens"] is None else
+              (LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)) + (
+        LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
+                    extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle),)
+    return later_lookup(groups, trace, lr["num_tokens"], lr["shared_tokens"],
+                        lr["local_hit_tokens"], lr["max_load_tokens"])
+
+
+def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None) -> list[int]:
     """Chunks witnessing ``obligation``'s violation in a concrete trace."""
     stored = list(trace.stored)
+    if obligation == "hit-preservation":
+        r = later_lookup_of(trace, cex)
+        lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
+        return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
     if obligation == "soundness":
         return sorted(set(stored) - trace.loadable(model))
     if obligation == "completeness":
@@ -99,6 +118,21 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
             for k, x, t in zip(kinds, scheds, trs)
         ],
     }
+    lk = getattr(ctx, "lk", None)
+    if lk is not None and m.eval(lk.num_tokens, model_completion=True).as_long() >= 1:
+        has_full = z3.is_true(m.eval(lk.has_full, model_completion=True))
+        has_ml = z3.is_true(m.eval(lk.has_max_load, model_completion=True))
+        out["lookup_groups"] = {
+            "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
+            "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}
+        out["later_request"] = {
+            "num_tokens": _v(m, lk.num_tokens), "shared_tokens": _v(m, ctx.shared),
+            "local_hit_tokens": _v(m, lk.local_hit_tokens),
+            "max_load_tokens": _v(m, lk.max_load_tokens) if has_ml else None}
+        if out["lookup_groups"]["extra_retained_tokens"]:  # the replay's group, split as vLLM has it
+            g = GroupConfig(**(g.__dict__ | {"window": _v(m, lk.W),
+                                             "extra_retained_tokens": _v(m, lk.extra)}))
+            out["config"]["group"] = g.__dict__
     if replay:
         trace = run(ctx.rule, g, r, lc)
         out["trace"] = trace.to_json(ctx.model)

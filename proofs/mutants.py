@@ -50,6 +50,15 @@ def stuck_cursor_store(s, cursor, n, finished, c, aux):
     return StoreStep(real.submitted, cursor, real.side)
 
 
+def lookup_window_short_store(s, cursor, n, finished, c, aux):
+    """kvreach's ``lookup-window`` keeping one chunk fewer before each
+    boundary (``short_by=1`` of the one rule): the run a repeated prompt of a
+    whole number of alignments needs breaks."""
+    from kvreach.spec.rules import lookup_window_store
+
+    return lookup_window_store(s, cursor, n, finished, c, aux, short_by=1)
+
+
 # obligation -> (mutant name, store fn or None, static variant or None)
 MUTANTS = {
     "soundness": ("prefix-horizon", prefix_horizon_store, None),
@@ -62,6 +71,8 @@ MUTANTS = {
     "chunk-mask-closed-form": ("tail-off-by-one", None, "tail-off-by-one"),
     "load-window-blocks": ("need-ceil-W-over-B", None, "need-ceil-W"),
     "lookup-scan-closed-form": ("scan-keeps-initial-window", None, "scan-keeps-initial-window"),
+    "lookup-prefix-scan": ("prefix-scan-one-short", None, "prefix-scan-one-short"),
+    "hit-preservation": ("lookup-window-one-chunk-short", lookup_window_short_store, None),
 }
 
 
@@ -118,11 +129,17 @@ def scan_keeps_initial_window(*args, **kw):
     return lookup.scan_end(*args, reset_window_on_break=False, **kw)
 
 
+def prefix_scan_one_short():
+    """``spec.lookup.prefix_scan_end`` one key short: ``max(0, end - 1)``
+    (the obligation ``lookup-prefix-scan`` selects it by name)."""
+
+
 # Static variant (MUTANTS' third field) -> the function that plants it; the
 # obligations select them by name, the proof catalog (docs/proofs.md) quotes
 # their docstrings.
 VARIANTS = {
     "scan-keeps-initial-window": scan_keeps_initial_window,
+    "prefix-scan-one-short": prefix_scan_one_short,
     "need-ceil-W": need_ceil_w,
     "witness-early": wanted_early_witness,
     "tail-off-by-one": chunk_reachable_off_by_one,

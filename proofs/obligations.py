@@ -46,9 +46,10 @@ class Ctx:
     # the later request of the lookup obligations (world: single request)
     lk: object = field(default_factory=lambda: _fresh_lookup())
     shared: z3.ArithRef = field(default_factory=lambda: z3.Int("later_shared_tokens"))
+    pins: list = field(default_factory=list)  # a geometry's pins (grid obligations)
 
     def base(self) -> list:
-        return [self.s.well_formed(), self.budget >= 1]
+        return [self.s.well_formed(), self.budget >= 1, *self.pins]
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Obligation:
     scope: str | None = None  # a static obligation's own scope (else the symbolic one)
     split: bool = True  # the runner's case split on the store configuration applies
     rules: tuple[str, ...] | None = None  # the rules it is run for (None: every rule)
+    grid: tuple | None = None  # geometries (proofs.geometries): one proof per geometry
 
 
 def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
@@ -286,7 +288,13 @@ def _prefix_scan(ctx: Ctx):
 
     base = [0 <= n, 1 <= w, w <= w0]
     return [Query(base, z3.Not(qualifies(end))),
-            Query(base + [e > end, qualifies(e)], z3.BoolVal(True))]
+            Query(base, z3.And(e > end, qualifies(e)))]
+
+
+def _geometries():
+    from kvreach.proofs.geometries import GEOMETRIES
+
+    return GEOMETRIES
 
 
 SCAN_BOUND_KEYS = 12
@@ -384,7 +392,7 @@ OBLIGATIONS: dict[str, Obligation] = {
             "this request could offload), in the single-request world; with a "
             "retention interval, for the requests the interval promises.",
             "lifecycle", step_violation=_hit_step, bmc_violation=_hit_bmc,
-            model_specific=False,
+            model_specific=False, grid=_geometries(),
         ),
         Obligation(
             "lookup-prefix-scan",

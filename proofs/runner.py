@@ -321,25 +321,42 @@ def _ctx(rule: str, model: str, **kw) -> Ctx:
 
 
 def find_counterexample(name: str, rule: str, model: str, store_fn=None,
-                        meter: Meter | None = None):
+                        meter: Meter | None = None, geometry=None):
     """BMC from the initial state; first pinned to PR #54362's worked example
     (so regressions decode to its numbers), then over every configuration.
-    Each query gets ``CHECK_RL`` resources (within what ``meter`` has left)."""
+    With a ``geometry`` (grid obligations): its pins throughout, first at its
+    example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left)."""
     ob = OBLIGATIONS[name]
+    if geometry is None and ob.grid:
+        for g in ob.grid:
+            found = find_counterexample(name, rule, model, store_fn, meter, g)
+            if found[1] is not None:
+                return found
+        return None, None
     for pinned in (True, False):
         for depth in BMC_DEPTHS:
             ctx = _ctx(rule, model, store_fn=store_fn)
+            if geometry is not None:
+                ctx.pins = geometry.pins(ctx)
             q, sts, trs = bmc_query(ob, ctx, depth)
-            extra = (
-                decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
-                if pinned else decode.readable_bounds(ctx)
-            )
+            if geometry is not None:
+                extra = (geometry.example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                         if pinned else decode.readable_bounds(ctx))
+                if pinned and not geometry.example:
+                    continue
+            else:
+                extra = (
+                    decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                    if pinned else decode.readable_bounds(ctx)
+                )
             r, m = _solve(q.premise + extra + [q.violation], CHECK_RL, meter)
             if r == z3.sat:
                 cex = decode.decode_bmc(m, ctx, sts, trs, depth, replay=store_fn is None)
+                if geometry is not None:
+                    cex["geometry"] = geometry.name
                 if store_fn is None:
                     trace = cex.pop("_trace")
-                    cex["replayed_violation"] = decode.violation_in(trace, name, model)
+                    cex["replayed_violation"] = decode.violation_in(trace, name, model, cex)
                 return depth, cex
     return None, None
 
@@ -365,6 +382,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         else:
             verdict = "proved"
         scope = ob.scope or scope + "; a single symbolic chunk / boundary / horizon (no steps)"
+    elif ob.grid:
+        verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter)
     else:
         ctx = _ctx(rule, model)
         q = lifecycle_step_query(ob, ctx)
@@ -405,6 +424,40 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     return Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
                non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
                detail=detail, counterexample=cex, rlimit=used)
+
+
+def _grid_row(name, rule, model, invariant_ok, meter):
+    """A lifecycle obligation proved per geometry (``Obligation.grid``): the
+    1-step induction with the geometry's pins; the first geometry where it
+    fails gets a BMC counterexample search."""
+    ob = OBLIGATIONS[name]
+    scope = (SCOPE_SYMBOLIC + "; geometry fixed to each of " + str(len(ob.grid)) +
+             " (proofs/geometries.py), the rest symbolic; world: single request")
+    non_vacuous = True
+    failed = []
+    for g in ob.grid:
+        ctx = _ctx(rule, model)
+        ctx.pins = g.pins(ctx)
+        q = lifecycle_step_query(ob, ctx)
+        r, _ = _decide(q, ctx, True, meter)
+        non_vacuous &= _non_vacuous(q, ctx, r, True, meter)
+        if r != z3.unsat:
+            failed.append((g, r))
+    if not failed:
+        ok = invariant_ok.get(rule, False)
+        return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction, " \
+            "invariant obligation 'invariant')", ("" if ok else f"invariant of {rule} not proved"), \
+            None, non_vacuous
+    for g, r in failed:
+        depth, cex = find_counterexample(name, rule, model, meter=meter, geometry=g)
+        if cex is not None:
+            detail = "" if cex.get("replayed_violation") else \
+                "counterexample did NOT replay through the executable rule"
+            cex["geometries_failing"] = [x.name for x, _ in failed]
+            return "counterexample", scope + f"; counterexample by BMC, {depth} step(s) from " \
+                "the initial state", detail, cex, non_vacuous
+    return "unknown", scope, (_unknown_detail(meter) + "; geometries: " +
+                              ", ".join(f"{g.name} ({r})" for g, r in failed)), None, non_vacuous
 
 
 def _unknown_detail(meter: Meter) -> str:

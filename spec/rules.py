@@ -71,32 +71,33 @@ def v029_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
     return StoreStep(submitted, _max(cursor, n), mask.v029_window_chunks(s, wc))
 
 
-def lookup_window_keep(s: SymConfig, c) -> z3.BoolRef:
+def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     """``kvreach.impl.rules.lookup_window_keep``: chunk ``c`` lies in
     ``[b - ws, b + shift)`` for a boundary ``b`` (chunks) a later lookup can end
     at, ``ws = ceil((W + extra) / C) + shift`` (``s.W`` is the mask window
     ``W + extra``): the multiples of the segment (``k = (c + ws) // seg >= 1``
     and ``k * seg > c - shift``) and, with a retention interval, the repeated
-    prompt's ``floor(P / A) * A``. Dense when the alignment is not a whole
-    number of chunks."""
+    prompt's boundary ``floor(P' / A) * A``, ``P'`` the prompt's offloadable
+    tokens. Dense when the alignment is not a whole
+    number of chunks. ``short_by``: the mutant keeping a shorter run."""
     from kvreach.spec.lookup import cdiv
 
     C, ew = s.C, s.e
-    ws = cdiv(s.W, C) + ew
+    ws = cdiv(s.W, C) + ew - short_by
     seg_c = z3.If(s.rmode == R_POS, s.Rc, s.A / C)
     k = (c + ws) / seg_c
     in_seg = z3.And(s.rmode != R_ZERO, k >= 1, k * seg_c > c - ew)
-    b = s.P / s.A * (s.A / C)
+    b = s.offloadable(s.P, s.P) / s.A * (s.A / C)
     in_replay = z3.And(s.rmode != R_NONE, b >= 1, b - ws <= c, c < b + ew)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
 
 
-def lookup_window_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
+def lookup_window_store(s: SymConfig, cursor, n, finished, c, aux, short_by: int = 0) -> StoreStep:
     """kvreach's rule ``lookup-window`` (``kvreach.impl.rules.store_window``):
     the chunks in ``[cursor, n)`` that :func:`lookup_window_keep` keeps; the
     cursor moves to ``max(cursor, n)``. The keep decision does not depend on
     the step, so no horizon and no reconsideration."""
-    submitted = z3.And(cursor <= c, c < n, lookup_window_keep(s, c))
+    submitted = z3.And(cursor <= c, c < n, lookup_window_keep(s, c, short_by))
     return StoreStep(submitted, _max(cursor, n), z3.BoolVal(True))
 
 
