@@ -75,6 +75,9 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
     stored = list(trace.stored)
     if obligation == "hit-preservation":
         r = later_lookup_of(trace, cex)
+        cex["later_lookup"] = {"hit_tokens": r.rule.hit_tokens,
+                               "dense_hit_tokens": r.dense.hit_tokens,
+                               "missing_chunks": list(r.missing[-1])}
         lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
         return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
     if obligation == "soundness":

@@ -17,6 +17,8 @@ the ``offloading.scheduler`` module (which test_scheduler.py imports from) and
 the ``offloading_connector`` module (which ``OffloadingConnector.__init__``
 instantiates from). The number of kvreach scheduler instances is written to
 ``KVREACH_INSTANCES_FILE`` so the script can check the substitution happened.
+``KVREACH_RULE`` (optional) is the kvreach rule the substituted scheduler runs
+(default ``vllm-0.33``), e.g. ``lookup-window``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ def _substitute() -> None:
     KvReach.__init__ = counting_init
     sched_mod.OffloadingConnectorScheduler = KvReach
     conn_mod.OffloadingConnectorScheduler = KvReach
+    rule = os.environ.get("KVREACH_RULE")
+    if rule:  # the rule the substituted scheduler runs when a test sets none
+        from kvreach.impl.vllm_connector import KvReachOptions
+
+        KvReachOptions.rule = rule
 
 
 def pytest_sessionfinish(session, exitstatus):

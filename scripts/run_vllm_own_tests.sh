@@ -12,6 +12,7 @@
 #                     inside the repository
 #   PYTHON            interpreter with vllm==0.33.0 and kvreach installed
 #   PYTEST_SELECT     extra pytest args, e.g. '-k "swa or sliding"'
+#   KVREACH_RULE      the kvreach rule substituted (default vllm-0.33)
 set -euo pipefail
 
 VLLM_VERSION=0.33.0

@@ -28,6 +28,10 @@ def counterexample(
         help="also draw the counterexample's chunk map to FILE (.png or .svg; both are "
              "written): the replayed lifecycle, or for mask-equivalence the mask at "
              "the decoded final horizon against the loadable chunks")] = None,
+    replay_vllm: Annotated[bool, typer.Option(
+        "--replay-vllm", help="hit-preservation: replay the counterexample on vLLM 0.33.0's "
+        "real scheduler (needs the vllm extra and a checkout: it runs tests/vllm/replay_vllm.py) "
+        "and fail unless vLLM's hits equal kvreach's")] = False,
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import counterexample as search
@@ -57,8 +61,15 @@ def counterexample(
             found = search.search(obligation, rule, load_model)
         except ParamError as e:
             raise _from_param_error(e) from None
-    secs = time.perf_counter() - t0
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
+    if replay_vllm:
+        if obligation != "hit-preservation":
+            raise CliError("--replay-vllm", True, "the obligation hit-preservation")
+        if cex is not None:
+            cex["vllm_replay"] = _replay_vllm(cex, r)
+            if cex["vllm_replay"] != {k: cex["later_lookup"][k] for k in cex["vllm_replay"]}:
+                detail = (detail + "; " if detail else "") + "vLLM's replay differs from kvreach's"
+    secs = time.perf_counter() - t0
     concrete_rule, concrete_model = found.concrete_rule, found.concrete_model
 
     if as_json:
@@ -84,6 +95,23 @@ def counterexample(
         _plot_cex(plot_file, obligation, cex, concrete_rule, concrete_model, as_json)
     if verdict == "unknown" or (verdict == "counterexample" and detail):
         raise typer.Exit(1)
+
+
+def _replay_vllm(cex: dict, rule: str) -> dict:
+    """Run tests/vllm/replay_vllm.py from the checkout (its CPU shims are
+    test-only code and stay there)."""
+    import importlib
+
+    from kvreach.cli._common import _repo_root
+
+    vdir = _repo_root(None) / "tests" / "vllm"
+    sys.path[:0] = [str(vdir)]
+    try:
+        mod = importlib.import_module("replay_vllm")
+    except ImportError as e:
+        raise CliError("--replay-vllm", True, f"vLLM 0.33.0 installed (the vllm extra): {e}") from None
+    which = "stock" if rule == "vllm-0.33" else "kvreach"  # other rules: kvreach's connector
+    return mod.replay_on_vllm(cex, which, None if which == "stock" else rule)
 
 
 # Static obligations whose counterexample is a chunk set at one horizon.

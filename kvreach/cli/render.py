@@ -213,6 +213,17 @@ def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
     _sets_summary(out, list(trace["stored"]), loadable, set(trace.get("needed", [])), model)
     out.print(f"[bold]replayed violation chunks[/]: {ranges(cex.get('replayed_violation') or [])}",
               soft_wrap=True)
+    lr, ll = cex.get("later_request"), cex.get("later_lookup")
+    if lr and ll:
+        out.print(f"later request: {lr['num_tokens']} tokens, shares {lr['shared_tokens']}, "
+                  f"GPU-local hit {lr['local_hit_tokens']}, max_load_tokens {lr['max_load_tokens']}; "
+                  f"offload hit {ll['hit_tokens']} with the rule's stores, "
+                  f"{ll['dense_hit_tokens']} with dense stores; dense loads, not stored: "
+                  f"{ranges(ll['missing_chunks'])}", markup=False, soft_wrap=True)
+    if cex.get("vllm_replay"):
+        v = cex["vllm_replay"]
+        out.print(f"vLLM 0.33.0 replay: offload hit {v['hit_tokens']} with the rule's stores, "
+                  f"{v['dense_hit_tokens']} with dense stores", markup=False, soft_wrap=True)
 
 
 def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:

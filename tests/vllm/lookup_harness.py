@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from kvreach_vllm_harness import STOCK, SchedulerRun, Setup, prompt_token_ids
 from vllm.v1.kv_offload.base import LookupResult
 
+from kvreach.impl.lookup import num_keys
+
 from kvreach.impl.lookup import Answer, LaterRequest, LookupGroup, LookupOutcome, StoreContent, lookup
 
 TO_ANSWER = {
@@ -155,3 +157,35 @@ def later_tokens(stored: list[int], num_tokens: int, diverges_at: int | None) ->
 def new_run(setup: Setup, model_dir: str) -> tuple[SchedulerRun, LookupRecorder]:
     run = SchedulerRun(setup, STOCK, model_dir)
     return run, LookupRecorder(run)
+
+
+def later_lookups(rec: "LookupRecorder", tokens: list[int], max_load_tokens: int | None = None,
+                  settle_after: int = 1) -> list:
+    """Schedule the later request until its lookup settles (after
+    ``settle_after`` steps every HIT_PENDING / RETRY answer becomes HIT),
+    then runs it to completion (an abort while its load is in flight would
+    wait for the worker's ``finished_recving``, which the harness does not
+    report). Returns the observations of that request."""
+    rid = new_id("later-")
+    params = None if max_load_tokens is None else {"max_load_tokens": max_load_tokens}
+    rec.run.add_request(rid, len(tokens), max_tokens=1, kv_transfer_params=params,
+                        token_ids=tokens)
+    for step in range(3):
+        if step == settle_after:
+            rec.answers = {k: LookupResult.HIT for k in rec.answers}
+        rec.run.step()
+        obs = [o for o in rec.observations if o.req_id == rid]
+        if obs and obs[-1].hit_tokens is not None:
+            break
+    rec.run.run_to_completion()
+    return [o for o in rec.observations if o.req_id == rid]
+
+
+def check(setup: Setup, observations: list) -> None:
+    groups = lookup_groups(setup)
+    assert observations, "vLLM made no lookup"
+    for o in observations:
+        assert o.num_keys == tuple(num_keys(g, o.later_request()) for g in groups), o
+        twin = twin_outcome(setup, o)
+        assert (twin.hit_tokens, twin.loaded_keys()) == (o.hit_tokens, o.loaded), (
+            f"twin {twin} != vLLM hit {o.hit_tokens} loaded {sorted(o.loaded)} for {o}")

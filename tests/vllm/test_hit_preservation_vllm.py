@@ -21,10 +21,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa  # noqa: E402
-from lookup_harness import LookupRecorder, later_tokens, new_id  # noqa: E402
-from test_lookup_vllm import check, later_lookups  # noqa: E402
-from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
+from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, full, swa  # noqa: E402
+from replay_vllm import replay  # noqa: E402
 
 from kvreach.proofs import runner  # noqa: E402
 from kvreach.proofs.geometries import GEOMETRIES  # noqa: E402
@@ -42,54 +40,6 @@ def counterexample(geometry_name: str):
 FAILING = ["issue-9 measurement", "PR example, extra_retained_tokens 5", "PR example, EAGLE group",
            "PR example, retention interval 72", "PR example, retention interval 0",
            "blocks_per_chunk 2, W - 1 a multiple of the chunk"]
-
-
-def setup_of(cex: dict) -> Setup:
-    grp, lg = cex["config"]["group"], cex["lookup_groups"]
-    sw = swa(grp["block_size"], lg["window"], eagle=grp["eagle"], extra=lg["extra_retained_tokens"])
-    groups = (sw,) if lg["full_block_tokens"] is None else (full(lg["full_block_tokens"]), sw)
-    return Setup(groups, budget=cex["lifecycle"]["budget"],
-                 blocks_per_chunk=grp["blocks_per_chunk"],
-                 retention_interval=grp["retention_interval"],
-                 offload_prompt_only=cex["config"]["request"]["offload_prompt_only"])
-
-
-def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
-    """-> (observations under the rule's stores, under dense stores)."""
-    setup = setup_of(cex)
-    extra = None if rule is None else {"kvreach.rule": rule}
-    r = SchedulerRun(setup, which, model_dir, extra_config=extra)
-    rec = LookupRecorder(r)
-    req, lc, later = cex["config"]["request"], cex["lifecycle"], cex["later_request"]
-    stored = prompt_token_ids(req["prompt_tokens"], seed=31)
-    rid = new_id("stored-")
-    params = None if req["max_offload_tokens"] is None else {
-        "max_offload_tokens": req["max_offload_tokens"]}
-    r.add_request(rid, req["prompt_tokens"], max_tokens=lc["decode"] + 1,
-                  kv_transfer_params=params, token_ids=stored)
-    if lc["abort_after_step"] is not None:
-        for _ in range(lc["abort_after_step"]):
-            r.step()
-        r.abort(rid)
-    r.run_to_completion()
-    tokens = later_tokens(stored, later["num_tokens"], later["shared_tokens"])
-    out = []
-    for content in ("rule", "dense"):
-        if content == "rule":
-            rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(rid, [])}
-        else:  # every chunk the earlier request could offload
-            rec.answers = {k: LookupResult.HIT for k, (g, c) in rec.prompt_keys[rid].items()
-                           if (c + 1) * setup.blocks_per_chunk * setup.groups[g].block_size
-                           <= _offloadable(cex)}
-        assert r.scheduler.reset_prefix_cache()
-        obs = later_lookups(rec, tokens, later["max_load_tokens"])
-        check(setup, obs)
-        out.append(obs[-1])
-    return out
-
-
-def _offloadable(cex: dict) -> int:
-    return max(st["offloadable_tokens"] for st in cex["trace"]["steps"])
 
 
 @pytest.mark.parametrize("geometry", FAILING)
@@ -117,3 +67,45 @@ def test_lookup_window_rule_keeps_the_hit(offline_model_dir, geometry):
     cex = counterexample(geometry)
     rule_obs, dense_obs = replay(offline_model_dir, cex, KVREACH, rule="lookup-window")
     assert rule_obs.hit_tokens == dense_obs.hit_tokens
+
+
+# --- the connector under lookup-window: its decisions are impl's -----------------------------
+
+RULE_SETUPS = [
+    (Setup((full(36), swa(4, 17))), 1188, {}),
+    (Setup((full(36), swa(4, 16))), 1200, {"abort_after_step": 1}),
+    (Setup((full(36), swa(4, 16, extra=5)), budget=333), 1000, {}),
+    (Setup((full(16), swa(4, 16), swa(4, 16, eagle=True)), budget=300), 900, {"decode": 5}),
+    (Setup((full(16), swa(8, 17)), blocks_per_chunk=2, budget=250), 700, {}),
+    (Setup((full(12), swa(4, 8)), retention_interval=48, budget=200), 600, {}),
+    (Setup((full(36), swa(4, 16)), async_scheduling=True), 1200, {"abort_after_step": 1}),
+]
+
+
+@pytest.mark.parametrize("setup,prompt,lc", RULE_SETUPS)
+def test_connector_lookup_window_equals_impl(offline_model_dir, setup, prompt, lc):
+    """``KvReachOffloadingConnector`` with ``kvreach.rule=lookup-window`` on
+    the real scheduler: every SWA group's decision per step is
+    ``kvreach.impl.lifecycle.run``'s under the same rule (the union of steps
+    with async scheduling); what vLLM submits is that decision minus its
+    null-block filter; no contract violation."""
+    from kvreach_vllm_harness import drive
+
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.params import RequestConfig
+
+    k = drive(SchedulerRun(setup, KVREACH, offline_model_dir,
+                           {"kvreach.rule": "lookup-window", "kvreach.check_contracts": "raise"}),
+              "r", prompt, **lc)
+    assert k.offload.kvreach_contract_violations == 0
+    for gi in setup.swa_groups():
+        tr = run("lookup-window", setup.kvreach_group(gi),
+                 RequestConfig(prompt, None, setup.offload_prompt_only),
+                 Lifecycle(setup.budget, decode=lc.get("decode", 0),
+                           abort_after_step=lc.get("abort_after_step"),
+                           async_scheduling=setup.async_scheduling))
+        for st in k.steps:
+            assert st.chunks(gi) == [c for c in st.window_chunks(gi) if c not in st.null_dropped(gi)]
+        assert sorted(c for st in k.steps for c in st.window_chunks(gi)) == sorted(tr.stored)
+        if not setup.async_scheduling:
+            assert [st.window_chunks(gi) for st in k.steps] == [list(s.submitted) for s in tr.steps]
