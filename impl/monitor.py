@@ -33,6 +33,7 @@ vLLM 0.33.0's own rule produces it; see :func:`loadable_chunk`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from kvreach.impl.lookup import LookupGroup
@@ -125,12 +126,22 @@ class Loadability:
     _pattern: bytearray = field(default_factory=bytearray)
 
     def _grow(self, n: int) -> bytearray:
+        """The pattern for an unknown horizon up to chunk ``n``. Past the
+        first boundaries it repeats every ``lcm(A, C) / C`` chunks (the hit
+        ends shift by ``lcm(A, C)`` tokens, the window depends only on the end
+        modulo ``C``), so only a prefix is computed."""
         p = self._pattern
+        if len(p) >= n:
+            return p
+        A, C = self.full_chunk_tokens, self.lg.chunk_tokens
+        period = math.lcm(A, C) // C
+        if not p:
+            span = (self.lg.load_window_chunks(1) or 0) + 2
+            exact = cdiv(2 * A, C) + span + 2 * period
+            p.extend(loadable_chunk(self.lg, A, c, None) for c in range(exact))
         if len(p) < n:
-            start = len(p)
-            n = max(n, 2 * start, 1024)
-            p.extend(loadable_chunk(self.lg, self.full_chunk_tokens, c, None)
-                     for c in range(start, n))
+            block = p[len(p) - period:]
+            p.extend(block * cdiv(n - len(p), period))
         return p
 
     def cut(self, horizon_tokens: int) -> int:
