@@ -631,6 +631,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 logger.warning(
                     "kvreach internal error: %s: %s req=%s; this step uses stock "
                     "vLLM's stores", type(e).__name__, _one_line(e), req_id,
+                    exc_info=logger.isEnabledFor(10),  # the traceback at DEBUG
                 )
                 self._record_fallback("error")
                 new_offload_keys, group_store_ranges = self._select_store_keys(
