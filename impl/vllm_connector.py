@@ -32,6 +32,17 @@ Options (``kv_connector_extra_config``; see ``KvReachOptions``):
   request's step falls back to stock vLLM's decision. In ``raise`` mode
   ``KvReachContractViolation`` is raised.
 
+- ``kvreach.monitor``: ``off`` (default), ``log`` or ``raise``. The
+  incremental runtime monitor (``kvreach.impl.monitor``): each SWA group's
+  decision is checked before its keys are used (in range, computed before
+  stored, once per incarnation, horizon final; loadability by the lookup
+  model is counted as a finding). ``log``: a violation is one warning line,
+  counted, and the request's step uses stock vLLM's selection; ``raise``:
+  ``KvReachMonitorViolation``. In every mode, any other exception inside
+  kvreach's decision or the monitor makes that step use stock vLLM's
+  selection, counted in ``vllm:kv_offload_kvreach_fallbacks{reason="error"}``
+  (a scheduler step never fails because of kvreach).
+
 Unmodeled inputs fall back to stock vLLM for the affected request/group and
 are counted in ``kvreach_unmodeled_fallbacks``: a shared-prefix junction
 (``Request.shared_prefix_boundary``) under a retention interval, and an SWA

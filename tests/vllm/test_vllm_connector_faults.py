@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections import Counter
 
 import pytest
 
@@ -131,10 +132,24 @@ def test_faults_fall_back_to_stock_and_are_counted(offline_model_dir, monkeypatc
 
 
 @pytest.mark.slow
-@settings(max_examples=1000, derandomize=False, **SETTINGS)
-@given(case=lifecycles(), plan=plans)
-def test_faults_over_1000_random_lifecycles(offline_model_dir, monkeypatch, case, plan):
-    check(*run_with_faults(offline_model_dir, case, plan, monkeypatch))
+def test_faults_over_1000_random_lifecycles(offline_model_dir, monkeypatch):
+    totals: Counter = Counter()
+
+    @settings(max_examples=1000, derandomize=False, **SETTINGS)
+    @given(case=lifecycles(), plan=plans)
+    def one(case, plan):
+        k, s, applied = run_with_faults(offline_model_dir, case, plan, monkeypatch)
+        check(k, s, applied)
+        totals["lifecycles"] += 1
+        totals["steps"] += len(k.steps)
+        totals.update(kind for _, kind in applied)
+        totals["slow counted"] += k.offload.kvreach_slow_decisions
+        totals["chunks checked"] += k.offload.kvreach_monitor_chunks
+
+    one()
+    print("fault injection totals:", dict(totals))
+    assert totals["lifecycles"] >= 1000
+    assert all(totals[kind] for kind in set(KINDS) - {"none"})
 
 
 def test_every_fault_kind_is_injected_and_counted(offline_model_dir, monkeypatch):
