@@ -430,15 +430,16 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                     )
                 except Exception:
                     if use_kvreach:
-                        raise
+                        raise  # the caller falls back to stock's selection
                     # stock's own decision is used whatever the monitor does
                     logger.exception("kvreach monitor error on stock's decision")
-                    continue
-                if prop is not None:
-                    if use_kvreach:
-                        raise _MonitorReject(prop, group_config.group_idx)
-                    self._record_monitor_violation(prop)
-                staged.append((st, candidates, max(cursor, num_chunks), horizon, unloadable))
+                    st = None
+                if st is not None:
+                    if prop is not None:
+                        if use_kvreach:
+                            raise _MonitorReject(prop, group_config.group_idx)
+                        self._record_monitor_violation(prop)
+                    staged.append((st, candidates, max(cursor, num_chunks), horizon, unloadable))
             block_ids = group_state.block_ids
             offload_keys = group_state.offload_keys
             if blocks_per_chunk == 1:

@@ -303,3 +303,20 @@ def test_monitor_prometheus_counters_are_registered():
     assert defs[MONITOR_CHUNKS_METRIC].incs == [7]
     assert defs[MONITOR_UNLOADABLE_METRIC].incs == [3]
     assert defs[SLOW_DECISIONS_METRIC].incs == [1]
+
+
+def test_monitor_error_on_stock_path_keeps_stocks_stores(offline_model_dir, monkeypatch):
+    """kvreach's decision raises (fallback), and the monitor raises too while
+    checking stock's decision: stock's stores are still submitted."""
+    from kvreach.impl import monitor
+
+    def broken(*a):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(rules, "store_window", broken)
+    monkeypatch.setattr(monitor.GroupMonitor, "check", broken)
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "log"},
+                             spy=False), "r", 1200)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+    assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
+    assert run.offload.kvreach_fallbacks == {"error": 3}
