@@ -2,11 +2,14 @@
 
 64 concurrent requests of 32k prompt tokens (full attention + SWA), driven
 through vLLM's real scheduler with the test harness of tests/vllm (fake model
-outputs; the offload manager accepts every store). Three connectors run in
+outputs; the offload manager accepts every store). Four connectors run in
 lockstep in one process, one scheduler step each in turn: stock, kvreach with
-contracts off, kvreach with contracts on (``raise``; deal's switch is
+contracts and monitor off, kvreach with ``kvreach.monitor=log`` (contracts
+off), kvreach with ``kvreach.check_contracts=log`` (deal's switch is
 process-wide, so it is set before each step). Only ``_build_store_jobs`` is
-timed. Prints the ratio of total time and the median per-step ratio.
+timed. Prints the ratio of total time and the median per-step ratio against
+stock, and exits 1 if the monitor's median or total ratio exceeds 1.2
+(``--limit``).
 
     python bench/bench_connector.py [--requests 64] [--prompt 32768] [--budget 8192]
 """
@@ -65,6 +68,8 @@ def main() -> None:
     ap.add_argument("--swa-block", type=int, default=4)
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--decode", type=int, default=4)
+    ap.add_argument("--limit", type=float, default=1.2,
+                    help="largest monitor-log / stock ratio (median and total) that passes")
     args = ap.parse_args()
 
     setup = Setup(
@@ -74,13 +79,16 @@ def main() -> None:
         num_gpu_blocks=args.requests * (args.prompt // args.full_block + 8) * 2
         + args.requests * 64,
     )
-    modes = {"stock": (STOCK, None), "kvreach-off": (KVREACH, "off"),
-             "kvreach-on": (KVREACH, "raise")}
+    # name: (connector, deal mode set before each step, extra config)
+    modes = {"stock": (STOCK, None, None),
+             "kvreach-off": (KVREACH, "off", {"kvreach.check_contracts": "off"}),
+             "monitor-log": (KVREACH, "off", {"kvreach.check_contracts": "off",
+                                              "kvreach.monitor": "log"}),
+             "contracts-log": (KVREACH, "log", {"kvreach.check_contracts": "log"})}
     with tempfile.TemporaryDirectory() as tmp, hybrid_kv_cache_shim():
         model = write_offline_model(tmp)
         runs, samples = {}, {}
-        for name, (which, mode) in modes.items():
-            extra = {"kvreach.check_contracts": mode} if mode else None
+        for name, (which, mode, extra) in modes.items():
             run = SchedulerRun(setup, which, model, extra, record=False)
             run.manager.prepare_store = accept_all
             for i in range(args.requests):
@@ -110,12 +118,26 @@ def main() -> None:
     for name, s in samples.items():
         assert len(s) == len(base), (name, len(s), len(base))
         print(f"  {name:12s} total {sum(s) / 1e6:9.1f} ms   median/step "
-              f"{statistics.median(s) / 1e3:8.1f} us")
-    for name in ("kvreach-off", "kvreach-on"):
+              f"{statistics.median(s) / 1e3:8.1f} us   slowest step {max(s) / 1e3:9.1f} us "
+              f"(step {s.index(max(s)) + 1})")
+    ratios = {}
+    for name in ("kvreach-off", "monitor-log", "contracts-log"):
         s = samples[name]
         total = sum(s) / sum(base)
         per_step = statistics.median(a / b for a, b in zip(s, base) if b > 0)
-        print(f"ratio {name} / stock: total {total:.3f}, median per-step {per_step:.3f}")
+        ratios[name] = (total, per_step)
+        print(f"ratio {name:13s} / stock: total {total:.3f}, median per-step {per_step:.3f}")
+    off = runs["monitor-log"].offload
+    print(f"monitor-log: {off.kvreach_monitor_chunks} chunks checked, violations "
+          f"{off.kvreach_monitor_violations or 0}, fallbacks {off.kvreach_fallbacks or 0}, "
+          f"unloadable {off.kvreach_monitor_unloadable}, slow {off.kvreach_slow_decisions}; "
+          f"contracts-log violations {runs['contracts-log'].offload.kvreach_contract_violations}")
+    total, per_step = ratios["monitor-log"]
+    if total > args.limit or per_step > args.limit:
+        print(f"FAIL: monitor-log / stock exceeds {args.limit} (total {total:.3f}, "
+              f"median per-step {per_step:.3f})")
+        sys.exit(1)
+    print(f"ok: monitor-log / stock within {args.limit}")
 
 
 if __name__ == "__main__":

@@ -421,6 +421,10 @@ class StoreWindow:
     block_mask: the mask over ``[start_chunk, end_chunk)`` in blocks (None:
         dense), which vLLM's null-block check also consults.
     next_cursor: ``next_stored_chunk_idx`` after the step (manager accepts).
+    horizon_chunks: the final-segment end handed to the mask
+        (``store_horizon_chunks``; None: no final segment). The pre-fix rule
+        takes the current count as final. Read by the runtime monitor
+        (``kvreach.impl.monitor``, property ``horizon_final``).
     """
 
     start_chunk: int
@@ -428,6 +432,7 @@ class StoreWindow:
     chunks: tuple[int, ...]
     block_mask: tuple[bool, ...] | None
     next_cursor: int
+    horizon_chunks: int | None = None
 
 
 def _store_window_post(rule, g, req, cursor, num_chunks, finished, result) -> bool:
@@ -487,13 +492,13 @@ def store_window(
         chunks = tuple(
             c for c in range(start, num_chunks) if v029_chunk_reachable(c, num_chunks, g)
         )
-        return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks))
-    if rule == "lookup-window":
+        return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
+    if rule == "lookup-window":  # no horizon: the keep decision is the chunk's alone
         p_off = req.offloadable(req.prompt_tokens, req.prompt_tokens)
         keep = [lookup_window_keep(c, g, p_off) for c in range(start, num_chunks)]
         chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
         mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
-        return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks))
+        return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
 
     prompt_h = req.offloadable(req.prompt_tokens, req.prompt_tokens) // g.chunk_tokens
     horizon = store_horizon_chunks(g, finished, num_chunks, prompt_h)
@@ -504,7 +509,7 @@ def store_window(
         hb = num_chunks * bpc
         start = min(start, (hb - hb % fab) // bpc)
     if num_chunks <= start:
-        return StoreWindow(start, num_chunks, (), None, max(cursor, num_chunks))
+        return StoreWindow(start, num_chunks, (), None, max(cursor, num_chunks), horizon)
     mask = reachable_block_mask(
         start * bpc, num_chunks * bpc, g, req.prompt_tokens,
         None if horizon is None else horizon * bpc,
@@ -526,5 +531,5 @@ def store_window(
         chunks.append(c)
     return StoreWindow(
         start, num_chunks, tuple(chunks),
-        None if mask is None else tuple(mask), max(cursor, num_chunks),
+        None if mask is None else tuple(mask), max(cursor, num_chunks), horizon,
     )

@@ -32,6 +32,17 @@ Options (``kv_connector_extra_config``; see ``KvReachOptions``):
   request's step falls back to stock vLLM's decision. In ``raise`` mode
   ``KvReachContractViolation`` is raised.
 
+- ``kvreach.monitor``: ``off`` (default), ``log`` or ``raise``. The
+  incremental runtime monitor (``kvreach.impl.monitor``): each SWA group's
+  decision is checked before its keys are used (in range, computed before
+  stored, once per incarnation, horizon final; loadability by the lookup
+  model is counted as a finding). ``log``: a violation is one warning line,
+  counted, and the request's step uses stock vLLM's selection; ``raise``:
+  ``KvReachMonitorViolation``. In every mode, any other exception inside
+  kvreach's decision or the monitor makes that step use stock vLLM's
+  selection, counted in ``vllm:kv_offload_kvreach_fallbacks{reason="error"}``
+  (a scheduler step never fails because of kvreach).
+
 Unmodeled inputs fall back to stock vLLM for the affected request/group and
 are counted in ``kvreach_unmodeled_fallbacks``: a shared-prefix junction
 (``Request.shared_prefix_boundary``) under a retention interval, and an SWA
@@ -48,6 +59,7 @@ group whose offload block is not ``block_size * dcp_world_size``
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -82,22 +94,50 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
 from vllm.logger import init_logger
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
-from vllm.v1.kv_cache_interface import SlidingWindowSpec
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, OffloadingSpec, OffloadKey
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 from vllm.v1.request import RequestStatus
 
-from kvreach.impl import contracts, rules
+from kvreach.impl import contracts, monitor, rules
 from kvreach.params import RULES, GroupConfig, ParamError, RequestConfig
 
 logger = init_logger(__name__)
 
 OPTION_RULE = "kvreach.rule"
 OPTION_CHECK_CONTRACTS = "kvreach.check_contracts"
+OPTION_MONITOR = "kvreach.monitor"
 OPTION_PREFIX = "kvreach."
-# Counter on the connector stats payload (and Prometheus, via
+# Counters on the connector stats payload (and Prometheus, via
 # KvReachOffloadingConnector.build_prom_metrics).
 CONTRACT_VIOLATIONS_METRIC = "vllm:kv_offload_kvreach_contract_violations"
+# kvreach.monitor: chunks checked; violations by property; chunks the lookup
+# model cannot load (a finding of the rule, not a violation); fallbacks to
+# stock vLLM's selection by reason (error: kvreach's decision or the monitor
+# raised; monitor: the decision violated a property); decisions slower than
+# SLOW_DECISION_NS (their result is used).
+MONITOR_CHUNKS_METRIC = "vllm:kv_offload_kvreach_monitor_chunks"
+MONITOR_VIOLATIONS_METRIC = "vllm:kv_offload_kvreach_monitor_violations"
+MONITOR_UNLOADABLE_METRIC = "vllm:kv_offload_kvreach_monitor_unloadable_chunks"
+FALLBACKS_METRIC = "vllm:kv_offload_kvreach_fallbacks"
+SLOW_DECISIONS_METRIC = "vllm:kv_offload_kvreach_slow_decisions"
+SLOW_DECISION_NS = 10_000_000  # 10 ms for one request's selection in one step
+
+
+class KvReachMonitorViolation(RuntimeError):
+    """A store decision violated a monitored property with ``kvreach.monitor=raise``."""
+
+    def __init__(self, line: str, prop: str) -> None:
+        super().__init__(line)
+        self.property = prop
+
+
+class _MonitorReject(Exception):
+    """kvreach's decision for one group violated ``prop`` (log mode: fall back)."""
+
+    def __init__(self, prop: str, group_idx: int) -> None:
+        super().__init__(prop)
+        self.prop, self.group_idx = prop, group_idx
 
 
 class KvReachContractViolation(RuntimeError):
@@ -117,13 +157,14 @@ class KvReachOptions:
 
     rule: str = "vllm-0.33"
     check_contracts: str | None = None
+    monitor: str = "off"
 
     @classmethod
     def from_extra_config(cls, extra: dict[str, Any] | None) -> KvReachOptions:
         """Parse ``kvreach.*`` keys; unknown keys or bad values raise
         ``ParamError`` (a ``ValueError``) naming option, value and expected."""
         extra = extra or {}
-        known = (OPTION_RULE, OPTION_CHECK_CONTRACTS)
+        known = (OPTION_RULE, OPTION_CHECK_CONTRACTS, OPTION_MONITOR)
         for key in extra:
             if isinstance(key, str) and key.startswith(OPTION_PREFIX) and key not in known:
                 raise ParamError(key, extra[key], "a known option: " + ", ".join(known))
@@ -133,7 +174,10 @@ class KvReachOptions:
         mode = extra.get(OPTION_CHECK_CONTRACTS)
         if mode is not None and mode not in contracts.MODES:
             raise ParamError(OPTION_CHECK_CONTRACTS, mode, "one of " + ", ".join(contracts.MODES))
-        return cls(rule=rule, check_contracts=mode)
+        mon = extra.get(OPTION_MONITOR, cls.monitor)
+        if mon not in monitor.MODES:
+            raise ParamError(OPTION_MONITOR, mon, "one of " + ", ".join(monitor.MODES))
+        return cls(rule=rule, check_contracts=mode, monitor=mon)
 
 
 def _extra_config(vllm_config) -> dict[str, Any]:
@@ -164,13 +208,25 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
     ``kvreach_contract_violations``: contract errors caught in ``log`` mode.
     ``kvreach_unmodeled_fallbacks``: requests/groups decided by stock vLLM
     because kvreach does not model them (see the module docstring).
+    ``kvreach_fallbacks``: request-steps decided by stock vLLM because
+    kvreach's decision raised (``error``) or, with ``kvreach.monitor`` on,
+    violated a property (``monitor``), by reason.
+    ``kvreach_monitor_violations``: by property (kvreach's and, on fallback
+    steps, stock's decisions). ``kvreach_monitor_chunks``: chunks checked.
+    ``kvreach_monitor_unloadable``: chunks the lookup model cannot load.
+    ``kvreach_slow_decisions``: selections slower than ``SLOW_DECISION_NS``.
     """
 
     # Class-level defaults: vLLM's tests build instances without __init__.
     kvreach_options = KvReachOptions()
     kvreach_contract_violations = 0
     kvreach_unmodeled_fallbacks = 0
+    kvreach_monitor_chunks = 0
+    kvreach_monitor_unloadable = 0
+    kvreach_slow_decisions = 0
     _kvreach_groups_cache: tuple[GroupConfig | None, ...] | None = None
+    _kvreach_monitors_cache: tuple[monitor.GroupMonitor | None, ...] | None = None
+    _kvreach_monitor_state: dict | None = None
 
     def __init__(self, spec: OffloadingSpec, vllm_config, kv_cache_config) -> None:
         self.kvreach_options = KvReachOptions.from_extra_config(_extra_config(vllm_config))
@@ -179,6 +235,19 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         super().__init__(spec, vllm_config, kv_cache_config)
         self.kvreach_contract_violations = 0
         self.kvreach_unmodeled_fallbacks = 0
+        self.kvreach_fallbacks: dict[str, int] = {}
+        self.kvreach_monitor_violations: dict[str, int] = {}
+        self.kvreach_monitor_chunks = 0
+        self.kvreach_monitor_unloadable = 0
+        self.kvreach_slow_decisions = 0
+        # req_id -> per-group monitor.RequestGroupState (None: not monitored)
+        self._kvreach_monitor_state = {}
+        if self.kvreach_options.monitor != "off":
+            # Built here, not in the first step (the pattern covers max_model_len).
+            max_len = getattr(getattr(vllm_config, "model_config", None), "max_model_len", 0)
+            for gc, m in zip(self.config.kv_group_configs, self._kvreach_monitors):
+                if m is not None and m.loadability is not None and isinstance(max_len, int):
+                    m.loadability._grow(max_len // gc.tokens_per_chunk + 1)
 
     @property
     def _kvreach_groups(self) -> tuple[GroupConfig | None, ...]:
@@ -188,6 +257,35 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 self._kvreach_group_config(gc) for gc in self.config.kv_group_configs
             )
         return self._kvreach_groups_cache
+
+    @property
+    def _kvreach_monitors(self) -> tuple[monitor.GroupMonitor | None, ...]:
+        """A GroupMonitor per kvreach-modeled SWA group (None elsewhere)."""
+        if self._kvreach_monitors_cache is None:
+            gcs = self.config.kv_group_configs
+            n_swa = sum(gc.sliding_window_size_in_chunks is not None for gc in gcs)
+            others_full = all(
+                isinstance(gc.kv_cache_spec, FullAttentionSpec)
+                for gc in gcs if gc.sliding_window_size_in_chunks is None
+            )
+            A = self.config.alignment_tokens
+            has_full = any(
+                isinstance(gc.kv_cache_spec, FullAttentionSpec) and gc.tokens_per_chunk == A
+                for gc in gcs
+            )
+            out = []
+            for g in self._kvreach_groups:
+                if g is None:
+                    out.append(None)
+                    continue
+                # The world of monitor.loadable_chunk: one SWA group (not
+                # EAGLE, sparse, no retention interval) beside full attention.
+                world = (n_swa == 1 and others_full and has_full and A is not None
+                         and not g.dense and not g.eagle and g.retention_interval is None)
+                lo = monitor.Loadability(monitor.lookup_group(g), A) if world else None
+                out.append(monitor.GroupMonitor(g, lo))
+            self._kvreach_monitors_cache = tuple(out)
+        return self._kvreach_monitors_cache
 
     # -- configuration -----------------------------------------------------
     def _kvreach_group_config(self, gc: GroupOffloadConfig) -> GroupConfig | None:
@@ -231,6 +329,26 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         self.kvreach_contract_violations += 1
         self._connector_stats.increase_counter(CONTRACT_VIOLATIONS_METRIC)
 
+    def _record_fallback(self, reason: str) -> None:
+        self.kvreach_fallbacks[reason] = self.kvreach_fallbacks.get(reason, 0) + 1
+        self._connector_stats.increase_counter(FALLBACKS_METRIC, 1, (reason,))
+
+    def _record_monitor_violation(self, prop: str) -> None:
+        self.kvreach_monitor_violations[prop] = self.kvreach_monitor_violations.get(prop, 0) + 1
+        self._connector_stats.increase_counter(MONITOR_VIOLATIONS_METRIC, 1, (prop,))
+
+    def _monitor_states(self, req_id: str, n_groups: int) -> list:
+        states = self._kvreach_monitor_state
+        if states is None:
+            states = self._kvreach_monitor_state = {}
+        st = states.get(req_id)
+        if st is None:
+            if len(states) > 2 * len(self._req_status) + 64:
+                for r in [r for r in states if r not in self._req_status]:
+                    del states[r]
+            st = states[req_id] = [monitor.RequestGroupState() for _ in range(n_groups)]
+        return st
+
     # -- selection -----------------------------------------------------------
     def _select_store_keys(
         self,
@@ -241,15 +359,26 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         use_kvreach: bool,
     ) -> tuple[list[OffloadKey], list[tuple[int, int]]]:
         """Per-group chunk selection of ``_build_store_jobs``: the offload keys
-        to submit and each group's ``(start_chunk_idx, num_chunks)``."""
+        to submit and each group's ``(start_chunk_idx, num_chunks)``.
+
+        With ``kvreach.monitor`` on, each modeled SWA group's decision is
+        checked (``kvreach.impl.monitor``) before its keys are used; a
+        violation by kvreach's decision raises ``_MonitorReject`` (the caller
+        falls back or, in ``raise`` mode, raises); a violation by stock's is
+        counted. The monitor's per-request state is updated only once the
+        whole request's decision is final."""
         req = req_status.req
         blocks_per_chunk = self.config.blocks_per_chunk
         finished = req.is_finished()
         new_offload_keys: list[OffloadKey] = []
         group_store_ranges: list[tuple[int, int]] = []
         req_cfg = None
-        for group_config, group_state, g in zip(
-            self.config.kv_group_configs, req_status.group_states, self._kvreach_groups
+        monitors = self._kvreach_monitors if self.kvreach_options.monitor != "off" else None
+        staged: list = []
+        horizon_tokens: int | None = None
+        for group_config, group_state, g, gi in zip(
+            self.config.kv_group_configs, req_status.group_states, self._kvreach_groups,
+            range(len(req_status.group_states)),
         ):
             num_chunks = req_status.storable_chunks(
                 group_config, group_state, num_offloadable_tokens
@@ -270,15 +399,47 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                     e.kvreach_group = group_config.group_idx  # type: ignore[attr-defined]
                     raise
                 start_chunk_idx, block_mask, candidates = w.start_chunk, w.block_mask, w.chunks
+                horizon = w.horizon_chunks
                 group_store_ranges.append((start_chunk_idx, num_chunks))
             else:
-                start_chunk_idx, block_mask, candidates = self._stock_group_candidates(
+                start_chunk_idx, block_mask, candidates, horizon = self._stock_group_candidates(
                     group_config, group_state, num_chunks, finished,
                     prompt_offloadable_tokens, reachable_boundaries,
                 )
                 group_store_ranges.append((start_chunk_idx, num_chunks))
                 if group_config.requires_cow_source:
                     continue
+            if monitors is not None and g is not None:
+                # kvreach.monitor: check this group's decision before its keys are used.
+                m = monitors[gi]
+                assert m is not None
+                prompt_h = prompt_offloadable_tokens // group_config.tokens_per_chunk
+                if finished:
+                    horizon_tokens = num_offloadable_tokens
+                elif num_chunks <= prompt_h:
+                    horizon_tokens = prompt_offloadable_tokens
+                else:
+                    horizon_tokens = None
+                cursor = group_state.next_stored_chunk_idx
+                try:
+                    st = self._monitor_states(req.request_id, len(req_status.group_states))[gi]
+                    st.sync(cursor)
+                    prop, unloadable = m.check(
+                        st, cursor, candidates, num_chunks, num_offloadable_tokens,
+                        prompt_h, finished, horizon, horizon_tokens,
+                    )
+                except Exception:
+                    if use_kvreach:
+                        raise  # the caller falls back to stock's selection
+                    # stock's own decision is used whatever the monitor does
+                    logger.exception("kvreach monitor error on stock's decision")
+                    st = None
+                if st is not None:
+                    if prop is not None:
+                        if use_kvreach:
+                            raise _MonitorReject(prop, group_config.group_idx)
+                        self._record_monitor_violation(prop)
+                    staged.append((st, candidates, max(cursor, num_chunks), horizon, unloadable))
             block_ids = group_state.block_ids
             offload_keys = group_state.offload_keys
             if blocks_per_chunk == 1:
@@ -302,13 +463,24 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 ):
                     continue
                 new_offload_keys.append(offload_keys[abs_chunk_idx])
+        for st, candidates, after, horizon, unloadable in staged:
+            st.stage(candidates, after, horizon)
+            self.kvreach_monitor_chunks += len(candidates)
+            if candidates:
+                self._connector_stats.increase_counter(MONITOR_CHUNKS_METRIC, len(candidates))
+            if unloadable:
+                self.kvreach_monitor_unloadable += unloadable
+                self._connector_stats.increase_counter(MONITOR_UNLOADABLE_METRIC, unloadable)
+        if finished and staged:
+            self._kvreach_monitor_state.pop(req.request_id, None)  # type: ignore[union-attr]
         return new_offload_keys, group_store_ranges
 
     def _stock_group_candidates(
         self, group_config, group_state, num_chunks, finished,
         prompt_offloadable_tokens, reachable_boundaries,
-    ) -> tuple[int, list[bool] | None, list[int]]:
-        """vLLM 0.33.0's per-group selection (before its null-block filter)."""
+    ) -> tuple[int, list[bool] | None, list[int], int | None]:
+        """vLLM 0.33.0's per-group selection (before its null-block filter),
+        and the final-segment end it hands to the mask."""
         blocks_per_chunk = self.config.blocks_per_chunk
         start_chunk_idx = group_state.next_stored_chunk_idx
         prompt_horizon_chunks = prompt_offloadable_tokens // group_config.tokens_per_chunk
@@ -337,7 +509,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 start_chunk_idx, partial_segment_start_block // blocks_per_chunk
             )
         if group_config.requires_cow_source or num_chunks <= start_chunk_idx:
-            return start_chunk_idx, None, []
+            return start_chunk_idx, None, [], store_horizon_chunks
         block_mask = self._reachable_store_block_mask(
             group_config=group_config,
             start_chunk_idx=start_chunk_idx,
@@ -367,7 +539,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
             if block_mask is not None and not any(block_mask[lo:hi]):
                 continue
             candidates.append(abs_chunk_idx)
-        return start_chunk_idx, block_mask, candidates
+        return start_chunk_idx, block_mask, candidates, store_horizon_chunks
 
     def _kvreach_applies(self, req) -> bool:
         if any(g is not None for g in self._kvreach_groups):
@@ -439,6 +611,8 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 reachable_boundaries,
             )
             use_kvreach = self._kvreach_applies(req)
+            timed = use_kvreach and self.kvreach_options.monitor != "off"
+            t0 = time.perf_counter_ns() if timed else 0
             try:
                 new_offload_keys, group_store_ranges = self._select_store_keys(
                     *selection_args, use_kvreach=use_kvreach
@@ -452,6 +626,32 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 new_offload_keys, group_store_ranges = self._select_store_keys(
                     *selection_args, use_kvreach=False
                 )
+            except _MonitorReject as e:
+                line = (f"kvreach monitor violation: property={e.prop} "
+                        f"rule={self.kvreach_options.rule} req={req_id} group={e.group_idx}")
+                self._record_monitor_violation(e.prop)
+                if self.kvreach_options.monitor == "raise":
+                    raise KvReachMonitorViolation(line, e.prop) from None
+                logger.warning("%s; this step uses stock vLLM's stores", line)
+                self._record_fallback("monitor")
+                new_offload_keys, group_store_ranges = self._select_store_keys(
+                    *selection_args, use_kvreach=False
+                )
+            except Exception as e:  # noqa: BLE001 - never fail a scheduler step
+                if not use_kvreach:
+                    raise  # stock vLLM's own path: its behaviour
+                logger.warning(
+                    "kvreach internal error: %s: %s req=%s; this step uses stock "
+                    "vLLM's stores", type(e).__name__, _one_line(e), req_id,
+                    exc_info=logger.isEnabledFor(10),  # the traceback at DEBUG
+                )
+                self._record_fallback("error")
+                new_offload_keys, group_store_ranges = self._select_store_keys(
+                    *selection_args, use_kvreach=False
+                )
+            if timed and time.perf_counter_ns() - t0 > SLOW_DECISION_NS:
+                self.kvreach_slow_decisions += 1
+                self._connector_stats.increase_counter(SLOW_DECISIONS_METRIC)
 
             if not new_offload_keys:
                 req_status.advance_stored_idx(num_offloadable_tokens)
@@ -588,6 +788,19 @@ class KvReachOffloadPromMetrics(OffloadPromMetrics):
         self._offloading_metric_defs[CONTRACT_VIOLATIONS_METRIC] = self._create_metric(
             CONTRACT_VIOLATIONS_METRIC, meta
         )
+        for name, doc, labels in (
+            (MONITOR_CHUNKS_METRIC, "SWA chunks whose store decision kvreach.monitor checked.", ()),
+            (MONITOR_VIOLATIONS_METRIC, "Store decisions that violated a monitored property.",
+             ("property",)),
+            (MONITOR_UNLOADABLE_METRIC, "Decided SWA chunks that no later request of the "
+             "single-request world can load (a finding of the rule).", ()),
+            (FALLBACKS_METRIC, "Request steps that used stock vLLM's SWA store selection "
+             "because kvreach's decision raised or violated a property.", ("reason",)),
+            (SLOW_DECISIONS_METRIC, "kvreach store selections slower than 10 ms.", ()),
+        ):
+            m = OffloadingCounterMetadata(documentation=doc, labelnames=labels)
+            self._offloading_metric_metadata[name] = m
+            self._offloading_metric_defs[name] = self._create_metric(name, m)
 
 
 class KvReachOffloadingConnector(OffloadingConnector):
@@ -624,8 +837,14 @@ class KvReachOffloadingConnector(OffloadingConnector):
 
 __all__ = [
     "KvReachContractViolation",
+    "KvReachMonitorViolation",
     "KvReachOffloadingConnector",
     "KvReachOffloadingConnectorScheduler",
     "KvReachOptions",
     "CONTRACT_VIOLATIONS_METRIC",
+    "FALLBACKS_METRIC",
+    "MONITOR_CHUNKS_METRIC",
+    "MONITOR_UNLOADABLE_METRIC",
+    "MONITOR_VIOLATIONS_METRIC",
+    "SLOW_DECISIONS_METRIC",
 ]

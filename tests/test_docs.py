@@ -338,14 +338,14 @@ def test_layering():
 
 def test_layering_within_spec_and_impl_is_one_way():
     """config -> load, mask, lookup -> rules -> lifecycle -> evaluate;
-    contracts -> load, lookup -> rules -> lifecycle -> vllm_connector, worlds.
+    contracts -> load, lookup -> rules, monitor -> lifecycle -> vllm_connector, worlds.
     A module imports only modules ranked below it."""
     rank = {
         "kvreach.spec.config": 0, "kvreach.spec.load": 1, "kvreach.spec.mask": 1,
         "kvreach.spec.lookup": 1,
         "kvreach.spec.rules": 2, "kvreach.spec.lifecycle": 3, "kvreach.spec.evaluate": 4,
         "kvreach.impl.contracts": 0, "kvreach.impl.load": 1, "kvreach.impl.lookup": 1,
-        "kvreach.impl.rules": 2,
+        "kvreach.impl.rules": 2, "kvreach.impl.monitor": 2,
         "kvreach.impl.lifecycle": 3, "kvreach.impl.vllm_connector": 3, "kvreach.impl.worlds": 4,
     }
     g = import_graph()

@@ -277,9 +277,12 @@ class SchedulerRun:
     ``stock``), fed fake model outputs one step at a time."""
 
     def __init__(self, setup: Setup, which: str, model_dir: str,
-                 extra_config: dict[str, Any] | None = None, record: bool = True) -> None:
-        """record=False (benchmarks): no per-step store recording and no spy."""
-        self.setup, self.which, self.record = setup, which, record
+                 extra_config: dict[str, Any] | None = None, record: bool = True,
+                 spy: bool = True) -> None:
+        """record=False (benchmarks): no per-step store recording and no spy.
+        spy=False: stores are recorded, ``store_window`` is not wrapped (fault
+        injection replaces it and the spy would read its faulty chunks)."""
+        self.setup, self.which, self.record, self.spy = setup, which, record, spy
         extra: dict[str, Any] = {
             "spec_name": "RecordingOffloadingSpec",
             "spec_module_path": HARNESS_MODULE,
@@ -443,7 +446,7 @@ class SchedulerRun:
     def step(self) -> StepRecord:
         rec = StepRecord(len(self.steps) + 1, {}, ())
         self._current = rec
-        spy = (self._spy_store_window() if self.which == KVREACH and self.record
+        spy = (self._spy_store_window() if self.which == KVREACH and self.record and self.spy
                else contextlib.nullcontext())
         with spy:
             out = self.scheduler.schedule()

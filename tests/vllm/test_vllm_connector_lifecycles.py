@@ -28,8 +28,10 @@ PR = (full(36), swa(4, 16))  # the worked example of vLLM PR #54362
 
 
 def side_by_side(model_dir, setup: Setup, prompt: int, **kw):
-    # kvreach runs with its contracts raising: a violation fails the test.
-    extra = {KVREACH: {"kvreach.check_contracts": "raise"}, STOCK: None}
+    # kvreach runs with its contracts and its monitor raising: a violation
+    # fails the test.
+    extra = {KVREACH: {"kvreach.check_contracts": "raise", "kvreach.monitor": "raise"},
+             STOCK: None}
     runs = {w: drive(SchedulerRun(setup, w, model_dir, extra[w]), "r", prompt, **kw)
             for w in (KVREACH, STOCK)}
     return runs[KVREACH], runs[STOCK]
@@ -60,6 +62,7 @@ def check_all(model_dir, setup: Setup, prompt: int, *, decode=0, abort_after_ste
     assert [st.jobs for st in k.steps] == [st.jobs for st in s.steps]
     assert k.offload.kvreach_contract_violations == 0
     assert k.offload.kvreach_unmodeled_fallbacks == 0
+    assert k.offload.kvreach_fallbacks == {} and k.offload.kvreach_monitor_violations == {}
     if expect_stores and abort_after_step != 0:
         assert any(k.stored(gi) for gi in setup.swa_groups())
     for gi in setup.swa_groups():

@@ -172,3 +172,151 @@ def test_prometheus_counter_is_registered():
     prom.observe({_StatsKey.TYPES: {CONTRACT_VIOLATIONS_METRIC: _MetricType.COUNTER},
                   _StatsKey.DATA: {CONTRACT_VIOLATIONS_METRIC: {(): 2}}})
     assert prom._offloading_metric_defs[CONTRACT_VIOLATIONS_METRIC].incs == [2]
+
+
+# --- kvreach.monitor ------------------------------------------------------------
+
+from kvreach.impl.vllm_connector import (  # noqa: E402
+    FALLBACKS_METRIC,
+    MONITOR_CHUNKS_METRIC,
+    MONITOR_UNLOADABLE_METRIC,
+    MONITOR_VIOLATIONS_METRIC,
+    SLOW_DECISIONS_METRIC,
+    KvReachMonitorViolation,
+)
+
+
+def test_monitor_option_parses_and_rejects_bad_values(offline_model_dir):
+    assert KvReachOptions.from_extra_config({"kvreach.monitor": "log"}).monitor == "log"
+    assert KvReachOptions().monitor == "off"
+    with pytest.raises(ValueError) as err:
+        SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "on"})
+    assert "kvreach.monitor" in str(err.value) and "'on'" in str(err.value)
+
+
+def test_monitor_counts_vllm_033s_unloadable_final_tail(offline_model_dir):
+    """The PR's completed lifecycle: 135 chunks checked, no violation; the
+    final partial-segment tail 297..299 lies past the last full-attention
+    chunk (1188 tokens), so no later request loads it (docs/findings.md, F4)."""
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "log"}),
+                "r", 1200)
+    off = run.offload
+    assert off.kvreach_monitor_chunks == 135
+    assert off.kvreach_monitor_violations == {} and off.kvreach_fallbacks == {}
+    assert off.kvreach_monitor_unloadable == 3
+    assert run.counter_total(MONITOR_CHUNKS_METRIC) == 135
+    assert run.counter_total(MONITOR_UNLOADABLE_METRIC) == 3
+
+
+def test_monitor_flags_the_pre_fix_horizon_and_falls_back(offline_model_dir):
+    """vllm-0.29 takes the 1000-token frontier as final: horizon_final; that
+    step uses stock's stores, so 246 and 247 are not stored."""
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
+                             {"kvreach.rule": "vllm-0.29", "kvreach.monitor": "log"}), "r", 1200)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+    assert run.offload.kvreach_monitor_violations == {"horizon_final": 1}
+    assert run.offload.kvreach_fallbacks == {"monitor": 1}
+    assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
+    assert run.counter_total(MONITOR_VIOLATIONS_METRIC) == 1
+    assert run.counter_total(FALLBACKS_METRIC) == 1
+
+
+def _out_of_range(real):
+    def store_window(*a):
+        w = real(*a)
+        return dataclasses.replace(w, chunks=(*w.chunks, w.end_chunk))
+    return store_window
+
+
+def test_monitor_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
+    monkeypatch.setattr(rules, "store_window", _out_of_range(rules.store_window))
+    run = SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "raise"}, spy=False)
+    run.add_request("r", 1200)
+    with pytest.raises(KvReachMonitorViolation) as err:
+        run.step()
+    assert isinstance(err.value, RuntimeError) and err.value.property == "in_range"
+    assert str(err.value).startswith("kvreach monitor violation: property=in_range")
+
+
+@pytest.mark.parametrize("mode", ["off", "log", "raise"])
+def test_internal_error_falls_back_in_every_monitor_mode(offline_model_dir, monkeypatch, mode):
+    def broken(*a):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(rules, "store_window", broken)
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": mode},
+                             spy=False), "r", 1200)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+    assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
+    assert run.offload.kvreach_fallbacks == {"error": 3}
+    assert run.counter_total(FALLBACKS_METRIC) == 3
+
+
+def test_monitor_off_adds_no_counter(offline_model_dir):
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir), "r", 1200)
+    assert run.offload.kvreach_monitor_chunks == 0
+    for name in (MONITOR_CHUNKS_METRIC, MONITOR_UNLOADABLE_METRIC, SLOW_DECISIONS_METRIC):
+        assert run.counter_total(name) == 0
+
+
+def test_monitor_prometheus_counters_are_registered():
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+        _MetricType,
+        _StatsKey,
+    )
+
+    class Fake:
+        def __init__(self, **kw):
+            self.kw, self.incs, self.labelled = kw, [], []
+
+        def labels(self, *values):
+            self.labelled.append(values)
+            return self
+
+        def inc(self, v):
+            self.incs.append(v)
+
+        observe = set = inc
+
+    class Cfg:
+        class kv_transfer_config:  # noqa: N801
+            kv_connector_extra_config = {"spec_name": "CPUOffloadingSpec"}
+
+    from prometheus_client import Counter, Gauge, Histogram
+
+    prom = KvReachOffloadingConnector.build_prom_metrics(
+        Cfg(), {Counter: Fake, Gauge: Fake, Histogram: Fake}, ["engine"], {0: ["0"]})
+    C = _MetricType.COUNTER
+    prom.observe({
+        _StatsKey.TYPES: {FALLBACKS_METRIC: C, MONITOR_VIOLATIONS_METRIC: C,
+                          MONITOR_CHUNKS_METRIC: C, MONITOR_UNLOADABLE_METRIC: C,
+                          SLOW_DECISIONS_METRIC: C},
+        _StatsKey.DATA: {FALLBACKS_METRIC: {("error",): 2},
+                         MONITOR_VIOLATIONS_METRIC: {("in_range",): 1},
+                         MONITOR_CHUNKS_METRIC: {(): 7}, MONITOR_UNLOADABLE_METRIC: {(): 3},
+                         SLOW_DECISIONS_METRIC: {(): 1}},
+    })
+    defs = prom._offloading_metric_defs
+    assert defs[FALLBACKS_METRIC].incs == [2]
+    assert defs[FALLBACKS_METRIC].kw["labelnames"] == ["engine", "reason"]
+    assert defs[MONITOR_VIOLATIONS_METRIC].labelled == [("0", "in_range")]
+    assert defs[MONITOR_CHUNKS_METRIC].incs == [7]
+    assert defs[MONITOR_UNLOADABLE_METRIC].incs == [3]
+    assert defs[SLOW_DECISIONS_METRIC].incs == [1]
+
+
+def test_monitor_error_on_stock_path_keeps_stocks_stores(offline_model_dir, monkeypatch):
+    """kvreach's decision raises (fallback), and the monitor raises too while
+    checking stock's decision: stock's stores are still submitted."""
+    from kvreach.impl import monitor
+
+    def broken(*a):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(rules, "store_window", broken)
+    monkeypatch.setattr(monitor.GroupMonitor, "check", broken)
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "log"},
+                             spy=False), "r", 1200)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+    assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
+    assert run.offload.kvreach_fallbacks == {"error": 3}
