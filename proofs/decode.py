@@ -72,6 +72,8 @@ def later_lookup_of(trace: Trace, cex: dict):
 
 def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None) -> list[int]:
     """Chunks witnessing ``obligation``'s violation in a concrete trace."""
+    if obligation == "no-waste":
+        return unloaded_kept_chunk(cex)
     stored = list(trace.stored)
     if obligation == "hit-preservation":
         r = later_lookup_of(trace, cex)
@@ -143,9 +145,45 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
     return out
 
 
+def unloaded_kept_chunk(cex: dict) -> list[int]:
+    """A no-waste counterexample replayed: the rule's one-shot stores at the
+    decoded final horizon, then every later request of 1 .. H*C + 2C + 1
+    tokens sharing the stored prompt (no GPU-local hit, no max_load_tokens)
+    looks up; ``[chunk]`` if none of them loads the decoded chunk."""
+    from kvreach.impl.lookup import LaterRequest, LookupGroup, StoreContent, lookup
+
+    g = GroupConfig(**cex["config"]["group"])
+    r = RequestConfig(**cex["config"]["request"])
+    lg, H, c, off = cex["lookup_groups"], cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
+    kept = store_window(cex["rule"], g, r, 0, H, True).chunks
+    if c not in kept:
+        return []
+    groups = (() if lg["full_block_tokens"] is None else
+              (LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)) + (
+        LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
+                    extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle),)
+    for T in range(1, H * g.chunk_tokens + 2 * g.chunk_tokens + 2):
+        shared = min(T, off)
+        content = StoreContent.of_chunks(
+            [range(shared // gr.chunk_tokens) for gr in groups[:-1]]
+            + [[k for k in kept if (k + 1) * g.chunk_tokens <= shared]])
+        if c in lookup(groups, LaterRequest(T), content).loaded[-1]:
+            return []
+    return [c]
+
+
 def decode_static(m, ctx) -> dict:
     g, r = to_concrete(m, ctx.s)
-    return {
+    lk = ctx.lk
+    if z3.is_int_value(m.eval(z3.Int("offloadable_tokens"))):
+        has_full = z3.is_true(m.eval(lk.has_full, model_completion=True))
+        extra = {"offloadable_tokens": _v(m, z3.Int("offloadable_tokens")),
+                 "lookup_groups": {
+                     "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
+                     "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
+    else:
+        extra = {}
+    return extra | {
         "config": {"group": g.__dict__, "request": r.__dict__},
         "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.H),
         "boundary_block": _v(m, ctx.L),

@@ -73,6 +73,7 @@ MUTANTS = {
     "lookup-scan-closed-form": ("scan-keeps-initial-window", None, "scan-keeps-initial-window"),
     "lookup-prefix-scan": ("prefix-scan-one-short", None, "prefix-scan-one-short"),
     "hit-preservation": ("lookup-window-one-chunk-short", lookup_window_short_store, None),
+    "no-waste": ("keeps-every-chunk", None, "keeps-every-chunk"),
 }
 
 
@@ -129,6 +130,11 @@ def scan_keeps_initial_window(*args, **kw):
     return lookup.scan_end(*args, reset_window_on_break=False, **kw)
 
 
+def keeps_every_chunk():
+    """A rule that keeps every chunk (dense): the obligation ``no-waste``
+    selects it by name, and some stored chunk is then loaded by no lookup."""
+
+
 def prefix_scan_one_short():
     """``spec.lookup.prefix_scan_end`` one key short: ``max(0, end - 1)``
     (the obligation ``lookup-prefix-scan`` selects it by name)."""
@@ -138,6 +144,7 @@ def prefix_scan_one_short():
 # obligations select them by name, the proof catalog (docs/proofs.md) quotes
 # their docstrings.
 VARIANTS = {
+    "keeps-every-chunk": keeps_every_chunk,
     "scan-keeps-initial-window": scan_keeps_initial_window,
     "prefix-scan-one-short": prefix_scan_one_short,
     "need-ceil-W": need_ceil_w,

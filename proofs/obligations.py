@@ -149,6 +149,10 @@ def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
     """The rule's keep-decision for chunk ``c`` of a request whose final
     horizon is ``H`` chunks, evaluated at that horizon."""
     s = ctx.s
+    if ctx.rule == "lookup-window":
+        from kvreach.spec.rules import lookup_window_keep
+
+        return lookup_window_keep(s, c)
     if ctx.rule == "vllm-0.29":
         wc = z3.Int("wc_mask")
         return z3.And(mask.v029_window_chunks(s, wc), mask.v029_chunk_reachable(s, c, H, wc))
@@ -272,6 +276,45 @@ def _hit_bmc(ctx, sts, trs):
     return _hit_step(ctx, sts[-2], trs[-1], sts[-1])
 
 
+NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)
+
+
+def _no_waste(ctx: Ctx):
+    """A chunk the rule keeps at its final horizon that none of the witness
+    later requests loads: requests of exactly the boundary after the chunk
+    (its hit is capped one token short), one token and one chunk longer, and
+    one chunk past the boundary at the chunk's start (an EAGLE lookup's
+    queried chunk). Each loads the chunk iff its dense hit is nonzero, the
+    chunk is in its loaded range, and no chunk of the run its lookup accepts
+    is missing from the rule's stores."""
+    from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
+
+    s, c, H = ctx.s, ctx.c, ctx.H
+    off = z3.Int("offloadable_tokens")
+    keep = (lambda x: z3.BoolVal(True)) if ctx.variant == "keeps-every-chunk" else (
+        lambda x: one_shot_mask(ctx, x, H))
+    kept = lambda x: z3.And(x >= 0, x < H, keep(x))  # noqa: E731
+    b1 = (c * s.C / s.A + 1) * s.A
+    b0 = c * s.C / s.A * s.A
+    prem = ctx.base() + [H >= 1, H == off / s.C, off >= 0, off <= NO_WASTE_MAX_TOKENS,
+                         z3.Implies(s.prompt_only, off <= s.P), kept(c)]
+    fails = []
+    for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
+        lk = LookupSym.fresh(f"witness{i}_")
+        shared = _min(T, off)
+        prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
+                 z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
+                 ctx.lk.full_block_tokens == lk.full_block_tokens, ctx.lk.W == lk.W,
+                 ctx.lk.extra == lk.extra]
+        t = lookup(lk, prefix_keys(z3.If(lk.has_full, shared / lk.C_full, 0), shared / lk.C))
+        c2 = z3.Int(f"witness{i}_missing_chunk")
+        fails.append(z3.Or(
+            t.hit_tokens == 0, z3.Not(z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1])),
+            z3.And(t.swa_verified[0] <= c2, c2 < t.swa_verified[1], z3.Not(kept(c2)))))
+    prem += [ctx.lk.well_formed(), link(s, ctx.lk)]
+    return [Query(prem, z3.And(fails))]
+
+
 def _prefix_scan(ctx: Ctx):
     """``spec.lookup.prefix_scan_end`` is the scan's end when exactly the
     keys below ``present_below`` hit: it qualifies, and no larger end does."""
@@ -393,6 +436,22 @@ OBLIGATIONS: dict[str, Obligation] = {
             "retention interval, for the requests the interval promises.",
             "lifecycle", step_violation=_hit_step, bmc_violation=_hit_bmc,
             model_specific=False, grid=_geometries(),
+        ),
+        Obligation(
+            "no-waste",
+            "Every chunk the rule keeps at the request's final horizon is loaded "
+            "by some later request's lookup against the rule's stores (single-"
+            "request world); a counterexample is confirmed by trying every later "
+            "request that shares a prefix.",
+            "static", queries=_no_waste, model_specific=False, grid=_geometries(),
+            rules=("vllm-0.29", "vllm-0.33", "lookup-window"),
+            scope=("geometry fixed to each of the grid (proofs/geometries.py); prompt, "
+                   "max_offload_tokens, offload_prompt_only and the chunk symbolic, the final "
+                   "horizon symbolic up to 4096 offloadable tokens; the rule's keep decision "
+                   "at the final horizon (one-shot); four witness later requests per chunk "
+                   "(a proof is for those witnesses; a counterexample is confirmed against "
+                   "every later request sharing a prefix)"),
+            split=False,
         ),
         Obligation(
             "lookup-prefix-scan",

@@ -370,13 +370,24 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     cex = None
     if ob.kind == "static":
         sctx = _ctx(rule, model)
-        results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
+        for g in (ob.grid or (None,)):
+            if g is not None:
+                sctx = _ctx(rule, model)
+                sctx.pins = g.pins(sctx)
+            results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
+            if "sat" in [r for r, _, _ in results]:
+                break
         non_vacuous = all(v for _, _, v in results)
         verdicts = [r for r, _, _ in results]
         if "sat" in verdicts:
             verdict = "counterexample"
             m = results[verdicts.index("sat")][1]
-            cex = decode.decode_static(m, _ctx(rule, model))
+            cex = decode.decode_static(m, sctx)
+            if ob.grid:
+                cex["geometry"] = g.name
+                cex["replayed_violation"] = decode.violation_in(None, name, model, cex | {"rule": rule})
+                if not cex["replayed_violation"]:
+                    detail = "counterexample did NOT replay through the executable rule"
         elif "unknown" in verdicts:
             verdict, detail = "unknown", _unknown_detail(meter)
         else:
@@ -481,8 +492,16 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     ob = OBLIGATIONS[name]
     meter = Meter(ROW_RL)
     if variant is not None:
-        qs = ob.queries(_ctx("vllm-0.33", "intended", variant=variant))
-        rejected = any(_solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat for q in qs)
+        rejected = False
+        for g in (ob.grid or (None,)):
+            mctx = _ctx("vllm-0.33", "intended", variant=variant)
+            if g is not None:
+                mctx.pins = g.pins(mctx)
+            qs = ob.queries(mctx)
+            rejected = any(_solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat
+                           for q in qs)
+            if rejected:
+                break
     elif name == "invariant":
         q = lifecycle_step_query(ob, _ctx("vllm-0.33", "intended", store_fn=store_fn))
         rejected = _solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat
