@@ -327,6 +327,15 @@ class SpecChecker:
 
 
 def random_setup(rng: random.Random) -> Setup:
+    """A random setup inside the spec's scope (alignment_tokens % B == 0)."""
+    while True:
+        setup = _random_setup(rng)
+        if all(setup.kvreach_group(gi).alignment_tokens is None
+               or setup.kvreach_group(gi).representable for gi in setup.swa_groups()):
+            return setup
+
+
+def _random_setup(rng: random.Random) -> Setup:
     fa = rng.choice([8, 12, 16])
     sb = rng.choice([4, 8])
     window = rng.randint(4, 48)
