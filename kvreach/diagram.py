@@ -338,11 +338,14 @@ def _store_note(transitions: Sequence[lc.TransitionDef]) -> list[str]:
     y = Symbols.make()
     lines = ["store step after every transition (OffloadingConnectorScheduler._build_store_jobs)"]
     for t in transitions:
+        if not t.stores:
+            lines.append(f"{t.name}: no store step; cursor' = {show(t.new_cursor(y.s, y.pre, y.sched))}")
+            continue
         ctx = y.assumptions() + [_enabled(t, y)]
         per_rule = {r: show(_under(t.tokens_after(y.s, r, y.pre, y.sched), ctx)) for r in RULES}
         toks = (next(iter(per_rule.values())) if len(set(per_rule.values())) == 1
                 else ", ".join(f"{r}: {v}" for r, v in per_rule.items()))
-        nt = show(_under(t.num_tokens(y.s, y.pre), ctx))
+        nt = show(_under(lc.step_num_tokens(t, y.s, y.pre, y.sched), ctx))
         lines.append(f"{t.name}: tokens = {toks}, num_tokens = {nt}")
     lines.append("n = storable_chunks(offloadable(tokens, num_tokens)) in chunks")
     cursor, n, c = z3.Int("cursor"), z3.Int("n"), z3.Int("c")
@@ -426,10 +429,13 @@ def table(transitions: Sequence[lc.TransitionDef] | None = None) -> str:
         toks = {r: show(_under(t.tokens_after(y.s, r, y.pre, y.sched), ctx)) for r in RULES}
         tok = (next(iter(toks.values())) if len(set(toks.values())) == 1
                else "<br>".join(f"{r}: {v}" for r, v in toks.items()))
+        if not t.stores:
+            tok = "—"
         nf = "(ends)" if t.ends else show(_fold(t.new_f(y.s, y.pre, y.sched)))
         cells = [
             f"`{t.name}`", f"`{t.vllm_module}.{t.vllm_function}`", show(guard), nf, tok,
-            show(_under(t.num_tokens(y.s, y.pre), ctx)), f"`{t.status}`",
+            show(_under(lc.step_num_tokens(t, y.s, y.pre, y.sched), ctx)) if t.stores
+            else f"(no store; cursor' = {show(t.new_cursor(y.s, y.pre, y.sched))})", f"`{t.status}`",
         ]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"

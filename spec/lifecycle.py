@@ -41,6 +41,19 @@ from kvreach.spec.config import R_NONE, SymConfig, _max
 from kvreach.spec.rules import RULES, STATIC_KEEP, finish_tokens, storable_chunks
 
 K_PREFILL, K_DECODE, K_FINISH, K_ABORT = range(4)
+# vLLM 0.33.0's further steps (world "vllm", docs/lifecycle.md): a resumed
+# request recomputing past its prompt, preemption, the offload lookup's reset,
+# the start of an incarnation with a hit (cursor 0, or the loaded chunk count
+# under OffloadPolicy.CHUNK_LEVEL).
+K_RECOMPUTE, K_PREEMPT, K_LOOKUP, K_START, K_START_LOADED = range(4, 9)
+# The manager's answer to prepare_store (world "vllm"): every key accepted,
+# some keys (PARTIAL; de-duplication or capacity), or None (REFUSED).
+O_ACCEPT, O_PARTIAL, O_REFUSED = range(3)
+OUTCOMES = ("accept", "partial", "refused")
+# The worlds transition() is built for: "single" is one incarnation of one
+# request from zero computed tokens whose every store the manager accepts
+# (the existing obligations); "vllm" adds the kinds and outcomes above.
+BASE_KINDS = (K_PREFILL, K_DECODE, K_FINISH, K_ABORT)
 
 
 @dataclass
@@ -68,6 +81,13 @@ class Transition:
     finished: z3.BoolRef
     constraints: z3.BoolRef
     off: z3.ArithRef | None = None  # offloadable tokens of the step
+    # world "vllm": the chunk is offered to prepare_store (the rule keeps it
+    # and none of its reachable blocks is null), the manager's outcome, the
+    # manager accepts the chunk (PARTIAL), a reachable block of it is null
+    offered: z3.BoolRef | None = None
+    outcome: z3.ArithRef | None = None
+    accepted: z3.BoolRef | None = None
+    null: z3.BoolRef | None = None
 
 
 def init(st: State) -> z3.BoolRef:
@@ -105,9 +125,14 @@ class TransitionDef:
     num_tokens: Callable[..., z3.ArithRef]
     status: str
     ends: bool
+    # False: the step runs no _build_store_jobs for the request; the cursor
+    # after it is new_cursor(s, pre, sched) (world "vllm" only)
+    stores: bool = True
+    new_cursor: Callable[..., z3.ArithRef] | None = None
 
 
 _SCHED = "vllm.v1.core.sched.scheduler"
+_CONN = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler"
 
 TRANSITIONS: tuple[TransitionDef, ...] = (
     TransitionDef(
@@ -143,10 +168,80 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
         num_tokens=lambda s, pre: num_tokens(s, pre.f),
         status="FINISHED_ABORTED", ends=True,
     ),
+    # --- world "vllm" only ------------------------------------------------
+    TransitionDef(
+        # a resumed request recomputes its prompt and earlier outputs as
+        # prefill; a step reaching past the prompt is this kind. The store side
+        # sees num_tokens_after_batch = f + sched <= Request.num_tokens, so the
+        # offloadable tokens are min(f + sched, caps) whatever num_tokens is.
+        K_RECOMPUTE, "recompute", _SCHED, "Scheduler.schedule", sched=None,
+        guard=lambda s, pre, sched, budget: z3.And(
+            1 <= sched, sched <= budget, pre.f + sched > s.P),
+        new_f=lambda s, pre, sched: pre.f + sched,
+        tokens_after=lambda s, rule, pre, sched: pre.f + sched,
+        num_tokens=lambda s, pre, sched: pre.f + sched,  # takes sched: step_num_tokens
+        status="RUNNING", ends=False,
+    ),
+    TransitionDef(
+        # Scheduler._preempt_request: num_computed_tokens = 0, PREEMPTED; the
+        # connector's cursor is left as it was (no store step for the request)
+        K_PREEMPT, "preempt", _SCHED, "Scheduler._preempt_request", sched=0,
+        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
+        new_f=lambda s, pre, sched: z3.IntVal(0),
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="PREEMPTED", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: pre.cursor,
+    ),
+    TransitionDef(
+        # get_num_new_matched_tokens (new request, resumed after preemption,
+        # retried after a deferred lookup): block ids cleared, cursor 0
+        K_LOOKUP, "lookup", _CONN, "OffloadingConnectorScheduler.get_num_new_matched_tokens",
+        sched=0,
+        guard=lambda s, pre, sched, budget: pre.f == 0,
+        new_f=lambda s, pre, sched: z3.IntVal(0),
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="WAITING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: z3.IntVal(0),
+    ),
+    TransitionDef(
+        # Scheduler.schedule admits the request with sched = the hit tokens
+        # (GPU-local, plus an offload load under REQUEST_LEVEL, or none):
+        # num_computed_tokens = hit; update_state_after_alloc leaves cursor 0
+        K_START, "start", _SCHED, "Scheduler.schedule", sched=None,
+        guard=lambda s, pre, sched, budget: z3.And(pre.f == 0, pre.cursor == 0, sched >= 0),
+        new_f=lambda s, pre, sched: sched,
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="RUNNING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: z3.IntVal(0),
+    ),
+    TransitionDef(
+        # update_state_after_alloc with an offload load under CHUNK_LEVEL:
+        # cursor = cdiv(num_cached_tokens, tokens_per_chunk), sched = cached
+        K_START_LOADED, "loaded", _CONN, "OffloadingConnectorScheduler.update_state_after_alloc",
+        sched=None,
+        guard=lambda s, pre, sched, budget: z3.And(pre.f == 0, pre.cursor == 0, sched >= 1),
+        new_f=lambda s, pre, sched: sched,
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="RUNNING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: (sched + s.C - 1) / s.C,
+    ),
 )
 assert [t.kind for t in TRANSITIONS] == list(range(len(TRANSITIONS)))
 
 KINDS = tuple(t.name for t in TRANSITIONS)
+
+
+def table(world: str = "single") -> tuple[TransitionDef, ...]:
+    """The entries of :data:`TRANSITIONS` the world has."""
+    if world == "vllm":
+        return TRANSITIONS
+    if world != "single":
+        raise ValueError(f"unknown world {world!r}")
+    return tuple(t for t in TRANSITIONS if t.kind in BASE_KINDS)
 
 
 def _chain(kind, entries, values: list) -> z3.ExprRef:
@@ -165,13 +260,13 @@ def _is(kind, kinds: list[int]) -> z3.BoolRef:
     return kind == kinds[0] if len(kinds) == 1 else z3.Or([kind == k for k in kinds])
 
 
-def _enabled(s: SymConfig, pre: State, kind, sched, budget) -> list[z3.BoolRef]:
+def _enabled(s: SymConfig, pre: State, kind, sched, budget, entries) -> list[z3.BoolRef]:
     """The table's guards as constraints on ``kind``: a kind whose step size
     the scheduler chooses gets its guard; the fixed sizes are one equation;
     the other guards are grouped by term (one implication per distinct
     guard, a guard ``True`` dropped)."""
-    free = [t for t in TRANSITIONS if t.sched is None]
-    fixed = [t for t in TRANSITIONS if t.sched is not None]
+    free = [t for t in entries if t.sched is None]
+    fixed = [t for t in entries if t.sched is not None]
     out = [z3.Implies(kind == t.kind, t.guard(s, pre, sched, budget)) for t in free]
     if fixed:
         size = _chain(kind, fixed, [z3.IntVal(t.sched) for t in fixed])
@@ -196,33 +291,67 @@ def _enabled(s: SymConfig, pre: State, kind, sched, budget) -> list[z3.BoolRef]:
     return out
 
 
+def step_num_tokens(t: TransitionDef, s: SymConfig, pre: State, sched):
+    """The entry's ``num_tokens`` (``recompute``'s depends on the step size)."""
+    return t.num_tokens(s, pre, sched) if t.kind == K_RECOMPUTE else t.num_tokens(s, pre)
+
+
 def transition(
-    s: SymConfig, rule: str, pre: State, post: State, c, budget, tag: str, store_fn=None
+    s: SymConfig, rule: str, pre: State, post: State, c, budget, tag: str, store_fn=None,
+    world: str = "single",
 ) -> Transition:
-    """One scheduler step of any kind in :data:`TRANSITIONS`; ``store_fn``
-    replaces the rule's store decision (used for mutants), the rest of the
-    rule (storable chunks, finish tokens) stays ``rule``'s."""
+    """One scheduler step of any kind of the ``world``'s :func:`table`;
+    ``store_fn`` replaces the rule's store decision (used for mutants), the
+    rest of the rule (storable chunks, finish tokens) stays ``rule``'s.
+
+    World ``"single"`` (the default; every obligation stated before issue 11)
+    builds exactly the terms it always did. World ``"vllm"`` adds the steps
+    that run no store (preempt, lookup, start, start-loaded: the cursor
+    follows the entry's ``new_cursor``), ``recompute``, the manager's outcome
+    (``outcome_<tag>``: accept / partial / refused, ``accepted_<tag>`` the
+    key accepted under partial) and null blocks (``null_<tag>``: a reachable
+    block of the chunk is null, so it is not offered)."""
+    entries = table(world)
     kind = z3.Int(f"kind_{tag}")
     sched = z3.Int(f"sched_{tag}")
     aux = {"wc": z3.Int(f"wc_{tag}")}
-    finished = z3.Or([kind == t.kind for t in TRANSITIONS if t.ends])
-    tokens_after = _chain(kind, TRANSITIONS, [t.tokens_after(s, rule, pre, sched) for t in TRANSITIONS])
-    nt_step = _chain(kind, TRANSITIONS, [t.num_tokens(s, pre) for t in TRANSITIONS])
+    finished = z3.Or([kind == t.kind for t in entries if t.ends])
+    tokens_after = _chain(kind, entries, [t.tokens_after(s, rule, pre, sched) for t in entries])
+    nt_step = _chain(kind, entries, [step_num_tokens(t, s, pre, sched) for t in entries])
     off = s.offloadable(tokens_after, nt_step)
     n = storable_chunks(s, rule, off, finished)
     step = (store_fn or RULES[rule])(s, pre.cursor, n, finished, c, aux)
-    new_f = _chain(kind, TRANSITIONS, [t.new_f(s, pre, sched) for t in TRANSITIONS])
+    new_f = _chain(kind, entries, [t.new_f(s, pre, sched) for t in entries])
+    if world == "single":
+        submitted, next_cursor, extra = step.submitted, step.next_cursor, []
+        offered = outcome = accepted = null = None
+    else:
+        outcome = z3.Int(f"outcome_{tag}")
+        accepted, null = z3.Bool(f"accepted_{tag}"), z3.Bool(f"null_{tag}")
+        stores = _is(kind, [t.kind for t in entries if t.stores])
+        offered = z3.And(stores, step.submitted, z3.Not(null))
+        submitted = z3.And(offered, z3.Or(outcome == O_ACCEPT,
+                                          z3.And(outcome == O_PARTIAL, accepted)))
+        quiet = [t for t in entries if not t.stores]
+        store_cursor = z3.If(outcome == O_REFUSED, pre.cursor, step.next_cursor)
+        next_cursor = store_cursor
+        for t in reversed(quiet):
+            next_cursor = z3.If(kind == t.kind, t.new_cursor(s, pre, sched), next_cursor)
+        extra = [z3.Or(outcome == O_ACCEPT, outcome == O_PARTIAL, outcome == O_REFUSED),
+                 z3.Implies(z3.Not(stores), outcome == O_ACCEPT)]
     cons = z3.And(
         z3.Not(pre.ended),
-        z3.Or([kind == t.kind for t in TRANSITIONS]),
-        *_enabled(s, pre, kind, sched, budget),
+        z3.Or([kind == t.kind for t in entries]),
+        *_enabled(s, pre, kind, sched, budget, entries),
         post.f == new_f,
-        post.cursor == step.next_cursor,
-        post.stored == z3.Or(pre.stored, step.submitted),
+        post.cursor == next_cursor,
+        post.stored == z3.Or(pre.stored, submitted),
         post.ended == finished,
         step.side,
+        *extra,
     )
-    return Transition(kind, sched, tokens_after, n, step.submitted, finished, cons, off)
+    return Transition(kind, sched, tokens_after, n, submitted, finished, cons, off,
+                      offered, outcome, accepted, null)
 
 
 def cursor_of(s: SymConfig, rule: str, f) -> z3.ArithRef:
