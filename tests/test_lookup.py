@@ -71,21 +71,28 @@ def lookup_cases(draw):
     return full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa
 
 
-@settings(max_examples=150 * SCALE, **SETTINGS)
-@given(case=lookup_cases())
-def test_spec_equals_twin(case):
-    full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa = case
+def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg):
+    """The twin on the chunk sets, the spec (``lookup_values``) on its
+    arguments (sets, or counts for "exactly the chunks below")."""
+    full_block, B, bpc, W, extra, eagle, T, local, max_load, _, _ = case
     groups = ([LookupGroup(full_block, bpc)] if full_block else []) + [
         LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle)]
-    gi = len(groups) - 1
-    content = StoreContent.of_chunks(([sorted(full)] if full_block else []) + [sorted(swa)])
+    content = StoreContent.of_chunks(([full_set] if full_block else []) + [swa_set])
     twin = lookup(groups, LaterRequest(T, local, max_load), content)
     spec = lookup_values(
         full_block_tokens=full_block, swa_block_tokens=B, blocks_per_chunk=bpc, window=W,
         extra_retained_tokens=extra, eagle=eagle, num_tokens=T, local_hit_tokens=local,
-        max_load_tokens=max_load, full_chunks=full, swa_chunks=swa)
+        max_load_tokens=max_load, full_chunks=full_arg, swa_chunks=swa_arg)
+    return twin, spec
+
+
+@settings(max_examples=150 * SCALE, **SETTINGS)
+@given(case=lookup_cases())
+def test_spec_equals_twin(case):
+    full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa = case
+    twin, spec = twin_and_spec(case, sorted(full), sorted(swa), full, swa)
     assert spec["hit_tokens"] == twin.hit_tokens
-    r = twin.loaded[gi]
+    r = twin.loaded[-1]
     assert (spec["swa_loaded"] if len(r) else (0, 0)) == ((r.start, r.stop) if len(r) else (0, 0))
     if full_block:
         rf = twin.loaded[0]
@@ -137,14 +144,7 @@ def test_prefix_content_closed_form_equals_twin(case, cut):
     full_block, B, bpc, W, extra, eagle, T, local, max_load, _, _ = case
     C = B * bpc
     n_swa, n_full = min(cut, T // C), (min(cut * C, T) // (full_block * bpc)) if full_block else 0
-    groups = ([LookupGroup(full_block, bpc)] if full_block else []) + [
-        LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle)]
-    content = StoreContent.of_chunks(([range(n_full)] if full_block else []) + [range(n_swa)])
-    twin = lookup(groups, LaterRequest(T, local, max_load), content)
-    spec = lookup_values(
-        full_block_tokens=full_block, swa_block_tokens=B, blocks_per_chunk=bpc, window=W,
-        extra_retained_tokens=extra, eagle=eagle, num_tokens=T, local_hit_tokens=local,
-        max_load_tokens=max_load, full_chunks=n_full, swa_chunks=n_swa)
+    twin, spec = twin_and_spec(case, range(n_full), range(n_swa), n_full, n_swa)
     assert spec["hit_tokens"] == twin.hit_tokens
     r = twin.loaded[-1]
     assert (spec["swa_loaded"] if len(r) else (0, 0)) == ((r.start, r.stop) if len(r) else (0, 0))
