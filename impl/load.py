@@ -73,6 +73,57 @@ def hit_boundaries(
     return sorted(out)
 
 
+def _relevant_boundaries(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[int]:
+    """The boundaries of :func:`hit_boundaries` that can change
+    :func:`wanted_chunks` or :func:`needed_chunks`: every one up to the final
+    horizon ``H * chunk`` and the first one past it (a later boundary requests
+    a subset of what that one requests below ``H``). At most
+    ``H * chunk / step + 2`` boundaries, whatever the window: O(prompt), not
+    O(window)."""
+    check_load_model(model)
+    c = g.chunk_tokens
+    H_tokens = final_chunks * c
+    top = H_tokens + g.mask_window_tokens
+    out: set[int] = set()
+    if g.alignment_tokens is None:
+        step: int | None = c
+    elif g.retention_interval is None:
+        step = g.alignment_tokens
+    else:
+        step = g.retention_interval or None
+    if step is not None:
+        first_past = (H_tokens // step + 1) * step  # the first multiple > H_tokens
+        out.update(range(step, min(first_past, top) + 1, step))
+    if g.retention_interval is not None:
+        assert g.alignment_tokens is not None
+        replay = (req.prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
+        if 0 < replay <= top:
+            out.add(replay)
+    if model == "intended" and g.retention_interval is None and not g.eagle and H_tokens > 0:
+        out.add(H_tokens)
+    past = sorted(b for b in out if b > H_tokens)
+    return sorted(b for b in out if b <= H_tokens) + past[:1]
+
+
+def _union(ranges_: list[range]) -> frozenset[int]:
+    """The union of ranges whose starts and stops are non-decreasing, merged
+    as intervals first (linear in the ranges plus the result)."""
+    merged: list[list[int]] = []
+    for r in ranges_:
+        if r.start >= r.stop:
+            continue
+        if merged and r.start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], r.stop)
+        else:
+            merged.append([r.start, r.stop])
+    out: set[int] = set()
+    for a, b in merged:
+        out.update(range(a, b))
+    return frozenset(out)
+
+
 @deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
 @deal.pre(lambda model, g, req, final_chunks: final_chunks >= 0)
 @deal.ensure(
@@ -82,12 +133,12 @@ def needed_chunks(
     model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
 ) -> frozenset[int]:
     """Union of the requested chunks of every hit this request can serve."""
-    out: set[int] = set()
-    for boundary in hit_boundaries(model, g, req, final_chunks):
+    rs = []
+    for boundary in _relevant_boundaries(model, g, req, final_chunks):
         r = requested_chunks(g, boundary)
         if r.stop <= final_chunks:
-            out.update(r)
-    return frozenset(out)
+            rs.append(r)
+    return _union(rs)
 
 
 @deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
@@ -99,10 +150,11 @@ def wanted_chunks(
     model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
 ) -> frozenset[int]:
     """Chunks below the final horizon that some hit boundary requests."""
-    out: set[int] = set()
-    for boundary in hit_boundaries(model, g, req, final_chunks):
-        out.update(c for c in requested_chunks(g, boundary) if c < final_chunks)
-    return frozenset(out)
+    rs = []
+    for boundary in _relevant_boundaries(model, g, req, final_chunks):
+        r = requested_chunks(g, boundary)
+        rs.append(range(r.start, min(r.stop, final_chunks)))
+    return _union(rs)
 
 
 # Backwards-compatible name: what "loadable" means for soundness.

@@ -38,8 +38,8 @@ class LaterLookup:
     @property
     def missing(self) -> tuple[tuple[int, ...], ...]:
         """Per group: chunks the dense lookup loads that the rule did not store."""
-        return tuple(tuple(c for c in r if c not in set(st))
-                     for r, st in zip(self.dense.loaded, self.stored))
+        return tuple(tuple(c for c in r if c not in held)
+                     for r, held in zip(self.dense.loaded, map(set, self.stored)))
 
     def to_json(self) -> dict:
         return {

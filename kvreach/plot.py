@@ -136,18 +136,21 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
     set (default: the whole request)."""
     lo = 0 if lo is None else lo
     hi = chunk_extent(trace) if hi is None else hi
-    loadable, needed = set(trace["loadable"]), set(trace["needed"])
+    # Every set is clipped to [lo, hi) once, up front: each step then costs
+    # O(hi - lo), not O(chunks stored so far).
+    loadable, needed = _clip(trace["loadable"], lo, hi), _clip(trace["needed"], lo, hi)
     stored: set[int] = set()
     rows = []
     for s in trace["steps"]:
-        sub = set(s["submitted"])
+        sub = _clip(s["submitted"], lo, hi)
         earlier = stored - sub
-        rows.append(MapRow(f"{s['index']} {s['kind']}", s["num_chunks"], {
-            SUBMITTED: _clip(sub & loadable, lo, hi),
-            SUBMITTED_WASTED: _clip(sub - loadable, lo, hi),
-            EARLIER: _clip(earlier & loadable, lo, hi),
-            EARLIER_WASTED: _clip(earlier - loadable, lo, hi),
-            LOADABLE: _clip((loadable - stored - sub) & set(range(s["num_chunks"])), lo, hi),
+        n = s["num_chunks"]
+        rows.append(MapRow(f"{s['index']} {s['kind']}", n, {
+            SUBMITTED: sub & loadable,
+            SUBMITTED_WASTED: sub - loadable,
+            EARLIER: frozenset(earlier & loadable),
+            EARLIER_WASTED: frozenset(earlier - loadable),
+            LOADABLE: frozenset(c for c in loadable if c < n and c not in stored and c not in sub),
         }))
         stored |= sub
     rows.append(_end_row(stored, loadable, needed, trace["final_chunks"], lo, hi))
