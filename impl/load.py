@@ -31,6 +31,8 @@ lie below ``H`` (a hit this request's stores alone can serve).
 
 from __future__ import annotations
 
+from itertools import chain
+
 import deal
 
 from kvreach.params import LOAD_MODELS, GroupConfig, RequestConfig, check_load_model
@@ -107,21 +109,36 @@ def _relevant_boundaries(
     return sorted(b for b in out if b <= H_tokens) + past[:1]
 
 
-def _union(ranges_: list[range]) -> frozenset[int]:
-    """The union of ranges whose starts and stops are non-decreasing, merged
-    as intervals first (linear in the ranges plus the result)."""
+def _requested_spans(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[tuple[int, int]]:
+    """``requested_chunks`` of each relevant boundary as ``(start, stop)``,
+    in boundary order (starts and stops non-decreasing), empty ones left out;
+    the arithmetic inlined (millions of boundaries on a long request)."""
+    c, back, fwd = g.chunk_tokens, g.mask_window_tokens - 1, g.block_tokens if g.eagle else 0
+    out = []
+    for L in _relevant_boundaries(model, g, req, final_chunks):
+        lo, hi = L - back, L + fwd
+        if lo < 0:
+            lo = 0
+        if lo < hi:
+            out.append((lo // c, -(-hi // c)))
+    return out
+
+
+def _union(spans) -> frozenset[int]:
+    """The union of ``(start, stop)`` spans whose starts are non-decreasing,
+    merged as intervals first (linear in the spans plus the result)."""
     merged: list[list[int]] = []
-    for r in ranges_:
-        if r.start >= r.stop:
+    for a, b in spans:
+        if a >= b:
             continue
-        if merged and r.start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], r.stop)
+        if merged and a <= merged[-1][1]:
+            if b > merged[-1][1]:
+                merged[-1][1] = b
         else:
-            merged.append([r.start, r.stop])
-    out: set[int] = set()
-    for a, b in merged:
-        out.update(range(a, b))
-    return frozenset(out)
+            merged.append([a, b])
+    return frozenset(chain.from_iterable(range(a, b) for a, b in merged))
 
 
 @deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
@@ -133,12 +150,8 @@ def needed_chunks(
     model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
 ) -> frozenset[int]:
     """Union of the requested chunks of every hit this request can serve."""
-    rs = []
-    for boundary in _relevant_boundaries(model, g, req, final_chunks):
-        r = requested_chunks(g, boundary)
-        if r.stop <= final_chunks:
-            rs.append(r)
-    return _union(rs)
+    return _union((a, b) for a, b in _requested_spans(model, g, req, final_chunks)
+                  if b <= final_chunks)
 
 
 @deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
@@ -150,11 +163,7 @@ def wanted_chunks(
     model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
 ) -> frozenset[int]:
     """Chunks below the final horizon that some hit boundary requests."""
-    rs = []
-    for boundary in _relevant_boundaries(model, g, req, final_chunks):
-        r = requested_chunks(g, boundary)
-        rs.append(range(r.start, min(r.stop, final_chunks)))
-    return _union(rs)
+    return _union((a, min(b, final_chunks)) for a, b in _requested_spans(model, g, req, final_chunks))
 
 
 # Backwards-compatible name: what "loadable" means for soundness.

@@ -131,9 +131,11 @@ class _OneLineErrors(TyperGroup):
 
 
 def _out() -> Console:
-    c = Console()
+    # highlight=False: rich's number highlighting costs O(digits) regex work per
+    # line, minutes on a long request's chunk ranges
+    c = Console(highlight=False)
     if not c.is_terminal and "COLUMNS" not in os.environ:
-        c = Console(width=160)  # files and pipes: room for the tables
+        c = Console(width=160, highlight=False)  # files and pipes: room for the tables
     return c
 
 
