@@ -99,6 +99,30 @@ def chunk_extent(trace: dict) -> int:
     return max(ends)
 
 
+# What one figure can show legibly (and in bounded time and memory): at most
+# MAX_DRAWN_CHUNKS chunks across and MAX_DRAWN_ROWS scheduler steps down.
+MAX_DRAWN_CHUNKS = 4000
+MAX_DRAWN_ROWS = 200
+
+
+def drawable_range(extent: int, zoom: tuple[int, int] | None) -> tuple[int, int]:
+    """The chunk range ``[lo, hi)`` to draw of a request of ``extent`` chunks:
+    ``zoom`` (which must lie within the request) or the whole request;
+    ``ValueError`` (saying what is expected) past the request or past
+    :data:`MAX_DRAWN_CHUNKS`."""
+    if zoom is not None:
+        lo, hi = zoom
+        if hi > extent:
+            raise ValueError(f"LO:HI within the request's {extent} chunks "
+                             f"(0 <= LO < HI <= {extent})")
+    else:
+        lo, hi = 0, max(extent, 1)
+    if hi - lo > MAX_DRAWN_CHUNKS:
+        raise ValueError(f"at most {MAX_DRAWN_CHUNKS} chunks drawn (the request has {extent}); "
+                         "give --chunks LO:HI")
+    return lo, hi
+
+
 def segment_chunks(group: dict) -> int | None:
     """The segment (alignment, or retention interval) in chunks, when it is a
     whole number of chunks."""
