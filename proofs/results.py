@@ -59,7 +59,12 @@ def run_header(obligation, rule, load_model, total: float) -> dict:
 def write_json(path: Path, header: dict, rows: list, total: float) -> None:
     """``{"run": header (its seconds set to total), "rows": [...]}``."""
     doc = {"run": {**header, "seconds": round(total, 3)}, "rows": [r.to_json() for r in rows]}
-    Path(path).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    if str(path) == "-":  # stdout
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text)
 
 
 def load_results(path: Path) -> dict:
@@ -149,4 +154,8 @@ def write_junit(rows: list, path: Path, total: float) -> None:
         out = ET.SubElement(tc, "system-out")
         out.text = json.dumps(r.to_json(), default=str)
     ET.indent(suites)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+    if str(path) == "-":  # stdout
+        sys.stdout.write(ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")
+        sys.stdout.flush()
+    else:
+        ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)

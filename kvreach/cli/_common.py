@@ -190,6 +190,24 @@ def _silence_stdout() -> None:
         pass
 
 
+def _writable(flag: str, path: Path | None) -> None:
+    """Check an output option before any work: ``-`` (stdout), or a file that
+    can be created or overwritten (its directory is created if missing)."""
+    if path is None or str(path) == "-":
+        return
+    if path.is_dir():
+        raise CliError(flag, path, "a file name, not a directory (or - for stdout)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with open(path, "a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as e:
+        raise CliError(flag, path, f"a writable file ({e.strerror})") from None
+
+
 def _out() -> Console:
     # highlight=False: rich's number highlighting costs O(digits) regex work per
     # line, minutes on a long request's chunk ranges
@@ -200,7 +218,10 @@ def _out() -> Console:
 
 
 def _err() -> Console:
-    return Console(stderr=True)
+    c = Console(stderr=True, highlight=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(stderr=True, width=160, highlight=False)
+    return c
 
 
 def _check_choice(flag: str, value: str | None, check) -> None:
