@@ -153,7 +153,10 @@ class _OneLineErrors(TyperGroup):
             code = 2
         except _cx.ClickException as e:  # UsageError, BadParameter, ...
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `kvreach`: help
-                code = 0  # (typer printed it when the error was made)
+                msg = e.format_message()  # (rich help was printed when it was made)
+                if msg:
+                    sys.stdout.write(msg + "\n")
+                code = 0
             else:
                 _error_line(_extra_argument_message(e, argv) or _usage_message(e))
                 code = e.exit_code

@@ -16,10 +16,12 @@ from kvreach.cli._common import CliError, ModelOpt, RuleOpt, _check_choice, _err
 from kvreach.cli.plot import _draw, _plot_paths
 from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
+from kvreach.proofs.obligations import OBLIGATIONS
 
 
 def counterexample(
-    obligation: Annotated[str, typer.Argument(help="obligation name (see `kvreach prove`)")],
+    obligation: Annotated[str, typer.Argument(
+        metavar="OBLIGATION", help="one of " + ", ".join(OBLIGATIONS))],
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -31,7 +33,6 @@ def counterexample(
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import counterexample as search
-    from kvreach.proofs.obligations import OBLIGATIONS
 
     if obligation not in OBLIGATIONS:
         raise CliError("OBLIGATION", obligation, "one of " + ", ".join(OBLIGATIONS))
