@@ -23,7 +23,7 @@ LoadModel = Literal["aligned", "intended"]
 # (prompt + decode over swa-block-size x dcp x blocks-per-chunk) and at most
 # MAX_STEPS scheduler steps (prefill steps ceil(prompt / budget) + decode
 # steps) runs in O(prompt + steps) time and memory: at the limits, seconds
-# and well under 1 GB (docs/cli.md's measurements). Every other integer
+# and well under 1 GB (README.md, Limits). Every other integer
 # (block sizes, window, alignment, ...) is any integer up to MAX_INT, the
 # int64 vLLM's tensors and configs hold: its size costs nothing (the rules
 # use it in closed form, never as a range).

@@ -140,6 +140,7 @@ class _OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         argv = list(sys.argv[1:] if args is None else args)
         try:
+            _no_empty_values(argv)
             rv = super().main(
                 args=args, prog_name=prog_name, complete_var=complete_var,
                 standalone_mode=False, **extra,
@@ -181,6 +182,18 @@ class _OneLineErrors(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def _no_empty_values(argv: list[str]) -> None:
+    """An option given an empty string is an error (typer would read it as
+    the option left out)."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            return
+        flag, eq, value = a.partition("=")
+        if flag.startswith("--") and ((eq and not value) or (not eq and i + 1 < len(argv)
+                                                             and argv[i + 1] == "")):
+            raise CliError(flag, "", "a value, not an empty string")
 
 
 def _silence_stdout() -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root
+from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root, _writable
 
 
 def _read_results(flag: str, path: Path) -> dict:
@@ -50,6 +50,10 @@ def catalog(
 
     if verdicts_only and not check:
         raise CliError("--verdicts-only", True, "--check as well")
+    if repo is not None:
+        _repo_root(repo)  # a bad --repo is an error even when every path is given
+    if out is not None and not check:
+        _writable("--out", out)
     results = results or default(cat.RESULTS)
     out = out or default(cat.PAGE)
     if verdicts_only:

@@ -24,7 +24,8 @@ def diagram(
     spec's transition table (``--check``: only compare)."""
     from kvreach import diagram as dg
 
-    path = doc or _repo_root(repo).resolve() / dg.DOC
+    root = _repo_root(repo) if repo is not None or doc is None else None  # a bad --repo: an error
+    path = doc or root.resolve() / dg.DOC
     if not path.is_file():
         raise CliError("--doc", path, "an existing Markdown file")
     try:

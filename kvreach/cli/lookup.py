@@ -13,7 +13,7 @@ import typer
 from kvreach.cli._common import _check_choice, _from_param_error, _out
 from kvreach.cli._options import _run_scenario, _scenario_command
 from kvreach.cli.render import _config_line, write_json, ranges
-from kvreach.params import RULES, ParamError, check_rule
+from kvreach.params import RULES, ParamError, check_load_model, check_rule
 from kvreach.scenario import Scenario, lookup_groups
 
 LATER_FLAGS = {
@@ -44,6 +44,7 @@ def lookup(
     from kvreach.impl.worlds import later_lookup
 
     _check_choice("--rule", rule, check_rule)
+    _check_choice("--load-model", scenario.load_model, check_load_model)
     trace = _run_scenario(rule, scenario)
     try:
         n = scenario.prompt if later_prompt is None else later_prompt
