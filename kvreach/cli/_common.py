@@ -162,15 +162,20 @@ class _OneLineErrors(TyperGroup):
                 _error_line(_extra_argument_message(e, argv) or _usage_message(e))
                 code = e.exit_code
         except _Abort as e:
-            interrupted = isinstance(e.__context__, KeyboardInterrupt) or not e.args
+            interrupted = isinstance(e.__cause__ or e.__context__, KeyboardInterrupt)
             _error_line("interrupted" if interrupted else "aborted")
             code = 130 if interrupted else 1
         except KeyboardInterrupt:
             _error_line("interrupted")
             code = 130
-        except OSError as e:  # writing the output failed: a full disk, a closed pipe
-            where = e.filename or "stdout"
-            _error_line(f"{where}: cannot write ({e.strerror or e})")
+        except BrokenPipeError:  # the reader went away (`| head`): nothing to say
+            _silence_stdout()
+            code = 1
+        except OSError as e:  # a file or stdout failed: a full disk, an unreadable file
+            if e.filename:
+                _error_line(f"{e.filename}: {e.strerror or e}")
+            else:
+                _error_line(f"stdout: cannot write ({e.strerror or e})")
             _silence_stdout()
             code = 2
         except Exception as e:  # noqa: BLE001  (a bug: one line, not a traceback)
