@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out
+from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.plot import _draw, _plot_paths
 from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
@@ -53,7 +54,9 @@ def counterexample(
     t0 = time.perf_counter()
     err = _err()
     r, m = search.row_key(obligation, rule, load_model)
-    with err.status(f"searching {obligation}/{r}/{m} ..."):
+    stop = lambda: f"interrupted: searching {obligation}/{r}/{m} for {time.perf_counter() - t0:.1f} s"  # noqa: E731
+    with ExitOnInterrupt(stop, lambda: err.show_cursor(True)), \
+            err.status(f"searching {obligation}/{r}/{m} ..."):
         try:
             found = search.search(obligation, rule, load_model)
         except ParamError as e:
