@@ -21,7 +21,7 @@ Steps and tokens, as vLLM's V1 scheduler produces them for one request:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
 from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
@@ -93,6 +93,9 @@ class Step:
     in_flight: bool = False
 
 
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+
+
 @dataclass(frozen=True)
 class Trace:
     rule: str
@@ -103,14 +106,22 @@ class Trace:
     final_chunks: int  # the request's final horizon, in chunks
     computed_tokens: int  # num_computed_tokens at the end
     stored: tuple[int, ...] = field(default=())
+    # (set, model) -> chunks: loadable and needed are computed once per model
+    _sets: dict = field(default_factory=dict, compare=False, repr=False)
 
     def loadable(self, model: str) -> frozenset[int]:
         """Chunks some hit boundary of ``model`` requests (soundness set)."""
-        return wanted_chunks(model, self.group, self.request, self.final_chunks)
+        if ("loadable", model) not in self._sets:
+            self._sets["loadable", model] = wanted_chunks(
+                model, self.group, self.request, self.final_chunks)
+        return self._sets["loadable", model]
 
     def needed(self, model: str) -> frozenset[int]:
         """Chunks a hit this request alone can serve requests (completeness set)."""
-        return needed_chunks(model, self.group, self.request, self.final_chunks)
+        if ("needed", model) not in self._sets:
+            self._sets["needed", model] = needed_chunks(
+                model, self.group, self.request, self.final_chunks)
+        return self._sets["needed", model]
 
     def to_json(self, model: str | None = None) -> dict:
         out = {
@@ -118,7 +129,9 @@ class Trace:
             "group": asdict(self.group),
             "request": asdict(self.request),
             "lifecycle": asdict(self.lifecycle),
-            "steps": [asdict(s) for s in self.steps],
+            # the fields as they are (ints, strings, tuples of ints): asdict's
+            # deep copy is most of the cost of a long request
+            "steps": [{f: getattr(s, f) for f in _STEP_FIELDS} for s in self.steps],
             "final_chunks": self.final_chunks,
             "computed_tokens": self.computed_tokens,
             "stored": list(self.stored),

@@ -31,6 +31,8 @@ lie below ``H`` (a hit this request's stores alone can serve).
 
 from __future__ import annotations
 
+from itertools import chain
+
 import deal
 
 from kvreach.params import LOAD_MODELS, GroupConfig, RequestConfig, check_load_model
@@ -73,6 +75,72 @@ def hit_boundaries(
     return sorted(out)
 
 
+def _relevant_boundaries(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[int]:
+    """The boundaries of :func:`hit_boundaries` that can change
+    :func:`wanted_chunks` or :func:`needed_chunks`: every one up to the final
+    horizon ``H * chunk`` and the first one past it (a later boundary requests
+    a subset of what that one requests below ``H``). At most
+    ``H * chunk / step + 2`` boundaries, whatever the window: O(prompt), not
+    O(window)."""
+    check_load_model(model)
+    c = g.chunk_tokens
+    H_tokens = final_chunks * c
+    top = H_tokens + g.mask_window_tokens
+    out: set[int] = set()
+    if g.alignment_tokens is None:
+        step: int | None = c
+    elif g.retention_interval is None:
+        step = g.alignment_tokens
+    else:
+        step = g.retention_interval or None
+    if step is not None:
+        first_past = (H_tokens // step + 1) * step  # the first multiple > H_tokens
+        out.update(range(step, min(first_past, top) + 1, step))
+    if g.retention_interval is not None:
+        assert g.alignment_tokens is not None
+        replay = (req.prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
+        if 0 < replay <= top:
+            out.add(replay)
+    if model == "intended" and g.retention_interval is None and not g.eagle and H_tokens > 0:
+        out.add(H_tokens)
+    past = sorted(b for b in out if b > H_tokens)
+    return sorted(b for b in out if b <= H_tokens) + past[:1]
+
+
+def _requested_spans(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[tuple[int, int]]:
+    """``requested_chunks`` of each relevant boundary as ``(start, stop)``,
+    in boundary order (starts and stops non-decreasing), empty ones left out;
+    the arithmetic inlined (millions of boundaries on a long request)."""
+    c, back, fwd = g.chunk_tokens, g.mask_window_tokens - 1, g.block_tokens if g.eagle else 0
+    out = []
+    for L in _relevant_boundaries(model, g, req, final_chunks):
+        lo, hi = L - back, L + fwd
+        if lo < 0:
+            lo = 0
+        if lo < hi:
+            out.append((lo // c, -(-hi // c)))
+    return out
+
+
+def _union(spans) -> frozenset[int]:
+    """The union of ``(start, stop)`` spans whose starts are non-decreasing,
+    merged as intervals first (linear in the spans plus the result)."""
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if a >= b:
+            continue
+        if merged and a <= merged[-1][1]:
+            if b > merged[-1][1]:
+                merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    return frozenset(chain.from_iterable(range(a, b) for a, b in merged))
+
+
 @deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
 @deal.pre(lambda model, g, req, final_chunks: final_chunks >= 0)
 @deal.ensure(
@@ -82,12 +150,8 @@ def needed_chunks(
     model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
 ) -> frozenset[int]:
     """Union of the requested chunks of every hit this request can serve."""
-    out: set[int] = set()
-    for boundary in hit_boundaries(model, g, req, final_chunks):
-        r = requested_chunks(g, boundary)
-        if r.stop <= final_chunks:
-            out.update(r)
-    return frozenset(out)
+    return _union((a, b) for a, b in _requested_spans(model, g, req, final_chunks)
+                  if b <= final_chunks)
 
 
 @deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
@@ -99,10 +163,7 @@ def wanted_chunks(
     model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
 ) -> frozenset[int]:
     """Chunks below the final horizon that some hit boundary requests."""
-    out: set[int] = set()
-    for boundary in hit_boundaries(model, g, req, final_chunks):
-        out.update(c for c in requested_chunks(g, boundary) if c < final_chunks)
-    return frozenset(out)
+    return _union((a, min(b, final_chunks)) for a, b in _requested_spans(model, g, req, final_chunks))
 
 
 # Backwards-compatible name: what "loadable" means for soundness.

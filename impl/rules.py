@@ -233,9 +233,15 @@ def reachable_block_mask(
     if ps is not None:
         # Segment-boundary tails repeat with period ps: one segment's pattern
         # (ps - need misses, need hits), rotated to start_block and repeated.
-        pattern = [False] * (ps - need) + [True] * need
         offset = (start_block - shift) % ps
-        mask = (pattern * ((offset + n) // ps + 1))[offset : offset + n]
+        if ps <= n:
+            pattern = [False] * (ps - need) + [True] * need
+            mask = (pattern * ((offset + n) // ps + 1))[offset : offset + n]
+        else:  # a segment longer than the range: fill its (at most two) tails,
+            # O(n) rather than O(segment)
+            seg_end = start_block - offset + ps  # first segment end after start_block
+            for end in (seg_end - ps, seg_end, seg_end + ps):
+                fill(end - need, end)
         for i in range(min(n, max(0, shift - start_block))):
             mask[i] = False  # blocks before the EAGLE shift are in no tail
         F = final_segment_end_block

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kvreach.impl.lifecycle import Trace
 from kvreach.impl.lookup import LaterRequest, LookupGroup, LookupOutcome, StoreContent, lookup
-from kvreach.params import ParamError
+from kvreach.params import MAX_INT, MAX_TOKENS, ParamError
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class LaterLookup:
     @property
     def missing(self) -> tuple[tuple[int, ...], ...]:
         """Per group: chunks the dense lookup loads that the rule did not store."""
-        return tuple(tuple(c for c in r if c not in set(st))
-                     for r, st in zip(self.dense.loaded, self.stored))
+        return tuple(tuple(c for c in r if c not in held)
+                     for r, held in zip(self.dense.loaded, map(set, self.stored)))
 
     def to_json(self) -> dict:
         return {
@@ -95,6 +95,13 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
                  max_load_tokens: int | None = None) -> LaterLookup:
     """A later request of ``later_prompt`` tokens sharing the earlier
     request's prompt up to ``diverges_at`` (default: all of it) looks up."""
+    if not 1 <= later_prompt <= MAX_TOKENS:
+        raise ParamError("later_prompt", later_prompt,
+                         f"an integer between 1 and {MAX_TOKENS:,} (kvreach's limit)")
+    for name, v in (("later_diverges_at", diverges_at), ("later_local_hit", local_hit_tokens),
+                    ("max_load_tokens", max_load_tokens)):
+        if v is not None and v > MAX_INT:
+            raise ParamError(name, v, f"an integer <= 2**63 - 1 ({MAX_INT})")
     if diverges_at is not None and diverges_at < 0:
         raise ParamError("later_diverges_at", diverges_at, "an integer >= 0")
     shared = min(later_prompt, trace.request.prompt_tokens,

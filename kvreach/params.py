@@ -17,6 +17,21 @@ LOAD_MODELS: tuple[str, ...] = ("aligned", "intended")
 Rule = Literal["vllm-0.29", "vllm-0.33", "lookup-window"]
 LoadModel = Literal["aligned", "intended"]
 
+# Limits, stated and refused past (ParamError) before any work. A request of
+# at most MAX_TOKENS tokens (prompt + decode; vLLM's largest max_model_len is
+# of this order: 10M-token contexts), at most MAX_CHUNKS SWA chunks of them
+# (prompt + decode over swa-block-size x dcp x blocks-per-chunk) and at most
+# MAX_STEPS scheduler steps (prefill steps ceil(prompt / budget) + decode
+# steps) runs in O(prompt + steps) time and memory: at the limits, seconds
+# and well under 1 GB (README.md, Limits). Every other integer
+# (block sizes, window, alignment, ...) is any integer up to MAX_INT, the
+# int64 vLLM's tensors and configs hold: its size costs nothing (the rules
+# use it in closed form, never as a range).
+MAX_TOKENS = 10_000_000
+MAX_CHUNKS = 2_500_000
+MAX_STEPS = 20_000
+MAX_INT = 2**63 - 1
+
 
 class ParamError(ValueError):
     """Bad input: names the parameter, the value given and what was expected."""

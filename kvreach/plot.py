@@ -99,6 +99,30 @@ def chunk_extent(trace: dict) -> int:
     return max(ends)
 
 
+# What one figure can show legibly (and in bounded time and memory): at most
+# MAX_DRAWN_CHUNKS chunks across and MAX_DRAWN_ROWS scheduler steps down.
+MAX_DRAWN_CHUNKS = 4000
+MAX_DRAWN_ROWS = 200
+
+
+def drawable_range(extent: int, zoom: tuple[int, int] | None) -> tuple[int, int]:
+    """The chunk range ``[lo, hi)`` to draw of a request of ``extent`` chunks:
+    ``zoom`` (which must lie within the request) or the whole request;
+    ``ValueError`` (saying what is expected) past the request or past
+    :data:`MAX_DRAWN_CHUNKS`."""
+    if zoom is not None:
+        lo, hi = zoom
+        if hi > extent:
+            raise ValueError(f"LO:HI within the request's {extent} chunks "
+                             f"(0 <= LO < HI <= {extent})")
+    else:
+        lo, hi = 0, max(extent, 1)
+    if hi - lo > MAX_DRAWN_CHUNKS:
+        raise ValueError(f"at most {MAX_DRAWN_CHUNKS} chunks drawn (the request has {extent}); "
+                         "give --chunks LO:HI")
+    return lo, hi
+
+
 def segment_chunks(group: dict) -> int | None:
     """The segment (alignment, or retention interval) in chunks, when it is a
     whole number of chunks."""
@@ -136,18 +160,21 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
     set (default: the whole request)."""
     lo = 0 if lo is None else lo
     hi = chunk_extent(trace) if hi is None else hi
-    loadable, needed = set(trace["loadable"]), set(trace["needed"])
+    # Every set is clipped to [lo, hi) once, up front: each step then costs
+    # O(hi - lo), not O(chunks stored so far).
+    loadable, needed = _clip(trace["loadable"], lo, hi), _clip(trace["needed"], lo, hi)
     stored: set[int] = set()
     rows = []
     for s in trace["steps"]:
-        sub = set(s["submitted"])
+        sub = _clip(s["submitted"], lo, hi)
         earlier = stored - sub
-        rows.append(MapRow(f"{s['index']} {s['kind']}", s["num_chunks"], {
-            SUBMITTED: _clip(sub & loadable, lo, hi),
-            SUBMITTED_WASTED: _clip(sub - loadable, lo, hi),
-            EARLIER: _clip(earlier & loadable, lo, hi),
-            EARLIER_WASTED: _clip(earlier - loadable, lo, hi),
-            LOADABLE: _clip((loadable - stored - sub) & set(range(s["num_chunks"])), lo, hi),
+        n = s["num_chunks"]
+        rows.append(MapRow(f"{s['index']} {s['kind']}", n, {
+            SUBMITTED: sub & loadable,
+            SUBMITTED_WASTED: sub - loadable,
+            EARLIER: frozenset(earlier & loadable),
+            EARLIER_WASTED: frozenset(earlier - loadable),
+            LOADABLE: frozenset(c for c in loadable if c < n and c not in stored and c not in sub),
         }))
         stored |= sub
     rows.append(_end_row(stored, loadable, needed, trace["final_chunks"], lo, hi))

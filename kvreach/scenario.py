@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvreach.params import GroupConfig, ParamError, RequestConfig, alignment_tokens
+from kvreach.params import (MAX_CHUNKS, MAX_INT, MAX_STEPS, MAX_TOKENS, GroupConfig, ParamError,
+                            RequestConfig, alignment_tokens)
 
 if TYPE_CHECKING:
     from kvreach.impl.lifecycle import Trace
@@ -72,6 +73,42 @@ MINIMUM = {
 }
 
 
+
+
+def check_limits(s: Scenario) -> None:
+    """``ParamError`` naming the field when ``s`` is past a limit of
+    :mod:`kvreach.params` (``MAX_TOKENS``, ``MAX_STEPS``, ``MAX_INT``) or below
+    a field's minimum."""
+    for name, lo in MINIMUM.items():
+        v = getattr(s, name)
+        if v is not None and v < lo:
+            raise ParamError(name, v, f"an integer >= {lo}")
+        if v is not None and v > MAX_INT:
+            raise ParamError(name, v, f"an integer <= 2**63 - 1 ({MAX_INT})")
+    if s.prompt > MAX_TOKENS:
+        raise ParamError("prompt", s.prompt, f"at most {MAX_TOKENS:,} tokens (kvreach's limit)")
+    if s.prompt + s.decode > MAX_TOKENS:
+        raise ParamError("decode", s.decode, f"at most {MAX_TOKENS - s.prompt:,} decode steps: "
+                         f"prompt + decode at most {MAX_TOKENS:,} tokens (kvreach's limit)")
+    chunk = s.swa_block_size * s.dcp * s.blocks_per_chunk
+    if (s.prompt + s.decode) // chunk > MAX_CHUNKS:
+        most = MAX_CHUNKS * chunk
+        raise ParamError("prompt" if s.prompt > most else "decode",
+                         s.prompt if s.prompt > most else s.decode,
+                         f"at most {MAX_CHUNKS:,} SWA chunks of {chunk} token(s) (swa-block-size x "
+                         f"dcp x blocks-per-chunk): prompt + decode at most {most:,} tokens "
+                         "here (kvreach's limit)")
+    prefill = -(-s.prompt // s.budget)
+    if prefill > MAX_STEPS:
+        raise ParamError("budget", s.budget, f"at least {-(-s.prompt // MAX_STEPS):,} for a "
+                         f"{s.prompt:,}-token prompt: at most {MAX_STEPS:,} scheduler steps "
+                         f"(this is {prefill:,} prefill steps; kvreach's limit)")
+    if prefill + s.decode > MAX_STEPS:
+        raise ParamError("decode", s.decode, f"at most {MAX_STEPS - prefill:,} decode steps: at "
+                         f"most {MAX_STEPS:,} scheduler steps with {prefill:,} prefill steps "
+                         "(kvreach's limit)")
+
+
 def lookup_groups(s: Scenario) -> tuple:
     """The scenario's KV-cache groups as the offload lookup sees them: the
     full-attention group (if any), then the SWA group."""
@@ -90,10 +127,7 @@ def run_scenario(rule: str, s: Scenario) -> Trace:
     it through the executable rule ``rule``."""
     from kvreach.impl.lifecycle import Lifecycle, run  # only when a scenario runs
 
-    for name, lo in MINIMUM.items():
-        v = getattr(s, name)
-        if v is not None and v < lo:
-            raise ParamError(name, v, f"an integer >= {lo}")
+    check_limits(s)
     g = GroupConfig(
         block_size=s.swa_block_size, window=s.window, alignment_tokens=s.alignment_tokens,
         blocks_per_chunk=s.blocks_per_chunk, dcp_world_size=s.dcp, eagle=s.eagle,

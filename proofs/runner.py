@@ -514,6 +514,14 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     return _mutant_cache[name]
 
 
+def _ignore_sigint() -> None:
+    """Worker start-up: Ctrl-C is the parent's to handle (``kvreach prove``
+    kills the workers), not one traceback per worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None):
     """Yield one Row per (obligation, rule, load model), invariants first."""
     if obligation is not None and obligation not in OBLIGATIONS:
@@ -544,7 +552,8 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         # Rows are independent: one solver process per core.
         # Slowest obligations first (longest-processing-time order), results
         # still reported in table order.
-        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_ignore_sigint)
         order = sorted(range(len(todo)), key=lambda i: -SLOW.get(todo[i][0], 0))
         by_index = {i: pool.submit(run_row, *todo[i], invariant_ok) for i in order}
         results = (by_index[i].result() for i in range(len(todo)))

@@ -14,21 +14,55 @@ render. Bad input is one ``error: ...`` line on stderr with exit code 2
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from kvreach.cli import catalog, counterexample, diagram, lookup, plot, prove, simulate
 from kvreach.cli._common import _OneLineErrors
 from kvreach.cli.render import ranges
+from kvreach.params import LOAD_MODELS, RULES
+from kvreach.proofs.obligations import OBLIGATIONS
 
 __all__ = ["app", "ranges"]
+
+HELP = (
+    "Z3 spec and executable model of vLLM's SWA KV-offload store rules (PR #54362).\n\n"
+    f"Rules (--rule, --compare): {', '.join(RULES)}.\n\n"
+    f"Load models (--load-model): {', '.join(LOAD_MODELS)}.\n\n"
+    f"Obligations (prove --obligation, counterexample): {', '.join(OBLIGATIONS)}."
+)
 
 app = typer.Typer(
     cls=_OneLineErrors,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    help="Z3 spec and executable model of vLLM's SWA KV-offload store rules (PR #54362).",
+    rich_markup_mode=None,  # plain help: no truncated option names, no <bool> on flags
+    help=HELP,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            v = metadata.version("kvreach")
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            v = "unknown"
+        typer.echo(f"kvreach {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="print kvreach's version and exit")] = False,
+) -> None:
+    """The top-level options (--version)."""
+
+
 for _command in (prove.prove, simulate.simulate, lookup.lookup, plot.plot,
                  counterexample.counterexample, catalog.catalog, diagram.diagram):
     app.command()(_command)

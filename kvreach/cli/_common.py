@@ -10,7 +10,9 @@ holds under ``typer.testing.CliRunner`` as well as the console script.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -68,9 +70,9 @@ def _from_param_error(e: ParamError, flags: dict[str, str] | None = None) -> Cli
     return CliError(flag, e.value, e.expected)
 
 
-def _error_line(msg: str) -> None:
+def _error_line(msg: str, prefix: str = "error: ") -> None:
     msg = " ".join(str(msg).split())  # one line, whatever the message
-    sys.stderr.write(f"error: {msg}\n")
+    sys.stderr.write(f"{prefix}{msg}\n")
     sys.stderr.flush()
 
 
@@ -98,12 +100,47 @@ def _usage_message(e: Exception) -> str:
     return e.format_message()
 
 
+def _extra_argument_message(e: Exception, args: list[str]) -> str | None:
+    """click's "Got unexpected extra argument(s)" in terms of what was typed:
+    a value given to an on/off flag, an obligation given to ``prove`` as a
+    positional, a second positional to ``counterexample``."""
+    msg = e.format_message()
+    if "unexpected extra argument" not in msg:
+        return None
+    ctx = getattr(e, "ctx", None)
+    cmd = ctx.command if ctx is not None else None
+    name = cmd.name if cmd is not None else "kvreach"
+    m = re.search(r"argument(?:\(s\))? \((.*)\)", msg)
+    extra = m.group(1).split() if m else []
+    first = extra[0] if extra else "?"
+    i = args.index(first) if first in args else -1
+    prev = args[i - 1] if i > 0 else None
+    if cmd is not None and prev is not None:
+        for p in cmd.params:
+            if getattr(p, "is_flag", False) and prev in (*p.opts, *p.secondary_opts):
+                return (f"{prev}={first}: expected no value ({prev} is an on/off flag: give "
+                        f"{prev} to switch it on, leave it out for off)")
+    if name == "prove":
+        return (f"{first}: unexpected argument (`kvreach prove` takes options only; for one "
+                f"obligation give --obligation {first})")
+    if name == "counterexample":
+        return (f"{first}: unexpected second argument (`kvreach counterexample` takes one "
+                "OBLIGATION, then options)")
+    return f"{first}: unexpected argument (`kvreach {name}` takes options only; see --help)"
+
+
 class _OneLineErrors(TyperGroup):
     """Runs the command non-standalone and turns every input error into one
-    ``error: ...`` line on stderr (exit 2) instead of click's usage panel."""
+    ``error: ...`` line on stderr (exit 2) instead of click's usage panel;
+    an output that cannot be written (a full disk, a closed pipe) is one line
+    too, Ctrl-C is ``interrupted`` (exit 130), and anything else unexpected
+    is one ``error: internal error ...`` line (exit 1; ``KVREACH_TRACEBACK=1``
+    shows the traceback)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        argv = list(sys.argv[1:] if args is None else args)
         try:
+            _no_empty_values(argv)
             rv = super().main(
                 args=args, prog_name=prog_name, complete_var=complete_var,
                 standalone_mode=False, **extra,
@@ -117,28 +154,95 @@ class _OneLineErrors(TyperGroup):
             code = 2
         except _cx.ClickException as e:  # UsageError, BadParameter, ...
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `kvreach`: help
-                sys.stdout.write(e.ctx.get_help() + "\n")
+                msg = e.format_message()  # (rich help was printed when it was made)
+                if msg:
+                    sys.stdout.write(msg + "\n")
                 code = 0
             else:
-                _error_line(_usage_message(e))
+                _error_line(_extra_argument_message(e, argv) or _usage_message(e))
                 code = e.exit_code
-        except _Abort:
-            _error_line("aborted")
+        except _Abort as e:
+            interrupted = isinstance(e.__cause__ or e.__context__, KeyboardInterrupt)
+            _error_line("interrupted" if interrupted else "aborted")
+            code = 130 if interrupted else 1
+        except KeyboardInterrupt:
+            _error_line("interrupted")
+            code = 130
+        except BrokenPipeError:  # the reader went away (`| head`): nothing to say
+            _silence_stdout()
+            code = 1
+        except OSError as e:  # a file or stdout failed: a full disk, an unreadable file
+            if e.filename:
+                _error_line(f"{e.filename}: {e.strerror or e}")
+            else:
+                _error_line(f"stdout: cannot write ({e.strerror or e})")
+            _silence_stdout()
+            code = 2
+        except Exception as e:  # noqa: BLE001  (a bug: one line, not a traceback)
+            if os.environ.get("KVREACH_TRACEBACK") == "1":
+                raise
+            _error_line(f"internal error ({type(e).__name__}: {e}); please report it "
+                        "(KVREACH_TRACEBACK=1 shows the traceback)")
             code = 1
         if standalone_mode:
             sys.exit(code)
         return code
 
 
+def _no_empty_values(argv: list[str]) -> None:
+    """An option given an empty string is an error (typer would read it as
+    the option left out)."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            return
+        flag, eq, value = a.partition("=")
+        if flag.startswith("--") and ((eq and not value) or (not eq and i + 1 < len(argv)
+                                                             and argv[i + 1] == "")):
+            raise CliError(flag, "", "a value, not an empty string")
+
+
+def _silence_stdout() -> None:
+    """After a failed write, point stdout at /dev/null so that the flush at
+    exit does not fail again (with a traceback)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def _writable(flag: str, path: Path | None) -> None:
+    """Check an output option before any work: ``-`` (stdout), or a file that
+    can be created or overwritten (its directory is created if missing)."""
+    if path is None or str(path) == "-":
+        return
+    if path.is_dir():
+        raise CliError(flag, path, "a file name, not a directory (or - for stdout)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with open(path, "a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as e:
+        raise CliError(flag, path, f"a writable file ({e.strerror})") from None
+
+
 def _out() -> Console:
-    c = Console()
+    # highlight=False: rich's number highlighting costs O(digits) regex work per
+    # line, minutes on a long request's chunk ranges
+    c = Console(highlight=False)
     if not c.is_terminal and "COLUMNS" not in os.environ:
-        c = Console(width=160)  # files and pipes: room for the tables
+        c = Console(width=160, highlight=False)  # files and pipes: room for the tables
     return c
 
 
 def _err() -> Console:
-    return Console(stderr=True)
+    c = Console(stderr=True, highlight=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(stderr=True, width=160, highlight=False)
+    return c
 
 
 def _check_choice(flag: str, value: str | None, check) -> None:

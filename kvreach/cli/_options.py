@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from kvreach.cli._common import _from_param_error
-from kvreach.params import LOAD_MODELS, ParamError
+from kvreach.params import LOAD_MODELS, MAX_CHUNKS, MAX_STEPS, MAX_TOKENS, ParamError
 from kvreach.scenario import Scenario, run_scenario
 
 if TYPE_CHECKING:
@@ -44,21 +44,29 @@ class _Opt:
 SCENARIO_OPTIONS: list[_Opt] = [
     _Opt("swa_block_size", "--swa-block-size", int, help="SWA block_size (tokens)"),
     _Opt("window", "--window", int, help="sliding window W (tokens)"),
-    _Opt("prompt", "--prompt", int, help="prompt tokens"),
-    _Opt("budget", "--budget", int, help="per-step token budget"),
+    _Opt("prompt", "--prompt", int, help=f"prompt tokens (at most {MAX_TOKENS:,}, and at most "
+         f"{MAX_CHUNKS:,} SWA chunks)"),
+    _Opt("budget", "--budget", int, help="per-step token budget (max_num_batched_tokens; at "
+         f"most {MAX_STEPS:,} scheduler steps in all)"),
     _Opt("full_block_size", "--full-block-size", Optional[int], None,
          "full-attention block_size; alignment = it * dcp * blocks_per_chunk "
          "(omit: SWA-only, alignment = the SWA chunk)"),
-    _Opt("blocks_per_chunk", "--blocks-per-chunk", int, 1),
+    _Opt("blocks_per_chunk", "--blocks-per-chunk", int, 1,
+         "SWA blocks per offload chunk (SchedulerOffloadConfig.blocks_per_chunk)"),
     _Opt("dcp", "--dcp", int, 1, "decode context parallel world size"),
     _Opt("eagle", "--eagle", bool, False, "EAGLE/MTP draft group"),
-    _Opt("retention_interval", "--retention-interval", Optional[int], None),
-    _Opt("max_offload_tokens", "--max-offload-tokens", Optional[int], None),
-    _Opt("offload_prompt_only", "--offload-prompt-only/--no-offload-prompt-only", bool, True),
+    _Opt("retention_interval", "--retention-interval", Optional[int], None,
+         "CacheConfig.prefix_cache_retention_interval (tokens, a multiple of the SWA chunk; "
+         "needs --full-block-size)"),
+    _Opt("max_offload_tokens", "--max-offload-tokens", Optional[int], None,
+         "the request's kv_transfer_params max_offload_tokens (omit: no cap)"),
+    _Opt("offload_prompt_only", "--offload-prompt-only/--no-offload-prompt-only", bool, True,
+         "OffloadingSpec.offload_prompt_only: store prompt tokens only"),
     _Opt("abort_after_step", "--abort-after-step", Optional[int], None,
          "abort once K steps are scheduled"),
     _Opt("async_scheduling", "--async", bool, False, "async scheduling"),
-    _Opt("decode", "--decode", int, 0, "decode steps after the prompt"),
+    _Opt("decode", "--decode", int, 0, "decode steps after the prompt (prompt + decode at most "
+         f"{MAX_TOKENS:,} tokens)"),
     _Opt("load_model", "--load-model", str, "intended", "one of " + ", ".join(LOAD_MODELS)),
     _Opt("extra_retained_tokens", "--extra-retained-tokens", int, 0,
          "SlidingWindowSpec.extra_retained_tokens (MTP re-prefill history)"),

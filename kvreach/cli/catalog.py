@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root
+from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root, _writable
 
 
 def _read_results(flag: str, path: Path) -> dict:
@@ -23,10 +24,11 @@ def _read_results(flag: str, path: Path) -> dict:
 
 def catalog(
     results: Annotated[Optional[Path], typer.Option(
-        "--results", help="the proof run's JSON (`kvreach prove --json`; default: "
+        "--results", help="the proof run's JSON (`kvreach prove --json`), - for stdin (default: "
                           "docs/proof-results.json in the repository)")] = None,
     out: Annotated[Optional[Path], typer.Option(
-        "--out", help="the Markdown page (default: docs/proofs.md in the repository)")] = None,
+        "--out", help="the Markdown page, - for stdout (default: docs/proofs.md in the "
+                      "repository)")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="write nothing; exit 1 if --out or --results is stale")] = False,
     verdicts_only: Annotated[bool, typer.Option(
@@ -35,6 +37,9 @@ def catalog(
     against: Annotated[Optional[Path], typer.Option(
         "--against", help="the committed run, for --verdicts-only (default: "
                           "docs/proof-results.json in the repository)")] = None,
+    partial: Annotated[bool, typer.Option(
+        "--partial", help="write the page from a run of a selection (`prove --obligation/"
+                          "--rule/--load-model`), which covers only some rows")] = False,
     repo: RepoOpt = None,
 ) -> None:
     """Generate docs/proofs.md from the obligations, expected verdicts and the latest proof run."""
@@ -45,6 +50,10 @@ def catalog(
 
     if verdicts_only and not check:
         raise CliError("--verdicts-only", True, "--check as well")
+    if repo is not None:
+        _repo_root(repo)  # a bad --repo is an error even when every path is given
+    if out is not None and not check:
+        _writable("--out", out)
     results = results or default(cat.RESULTS)
     out = out or default(cat.PAGE)
     if verdicts_only:
@@ -60,6 +69,17 @@ def catalog(
             raise typer.Exit(1)
         typer.echo(f"{against}: verdicts as in {results} ({len(fresh['rows'])} rows)")
         return
+    if not fresh["rows"]:
+        raise CliError("--results", results, "a run with rows (this one has none)")
+    selection = {k: v for k, v in ((fresh.get("run") or {}).get("selection") or {}).items() if v}
+    if selection and not partial and not check:
+        raise CliError("--results", results, "a run of every row; this one ran only "
+                       + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in selection.items())
+                       + f" ({len(fresh['rows'])} rows); give --partial to write its page anyway")
+    missing = [p for p in cat.results_problems(fresh) if " missing: " in p]
+    if missing and not check:
+        _error_line(f"warning: {results}: " + "; ".join(missing) + "; the page shows the rows "
+                    f"the run has; re-run `{cat.REGENERATE}`", prefix="")
     findings = out.parent / "findings.md"
     findings_md = findings.read_text() if findings.exists() else ""
     if not check:
@@ -67,6 +87,9 @@ def catalog(
             page = cat.render(fresh, findings_md)
         except ValueError as e:
             raise CliError("--results", results, f"a run the catalog can render ({e})") from None
+        if str(out) == "-":
+            sys.stdout.write(page)
+            return
         try:
             out.write_text(page)
         except OSError as e:

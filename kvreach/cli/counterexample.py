@@ -13,13 +13,16 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out
+from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.plot import _draw, _plot_paths
 from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
+from kvreach.proofs.obligations import OBLIGATIONS
 
 
 def counterexample(
-    obligation: Annotated[str, typer.Argument(help="obligation name (see `kvreach prove`)")],
+    obligation: Annotated[str, typer.Argument(
+        metavar="OBLIGATION", help="one of " + ", ".join(OBLIGATIONS))],
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -35,7 +38,6 @@ def counterexample(
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import counterexample as search
-    from kvreach.proofs.obligations import OBLIGATIONS
 
     if obligation not in OBLIGATIONS:
         raise CliError("OBLIGATION", obligation, "one of " + ", ".join(OBLIGATIONS))
@@ -56,7 +58,9 @@ def counterexample(
     t0 = time.perf_counter()
     err = _err()
     r, m = search.row_key(obligation, rule, load_model)
-    with err.status(f"searching {obligation}/{r}/{m} ..."):
+    stop = lambda: f"interrupted: searching {obligation}/{r}/{m} for {time.perf_counter() - t0:.1f} s"  # noqa: E731
+    with ExitOnInterrupt(stop, lambda: err.show_cursor(True)), \
+            err.status(f"searching {obligation}/{r}/{m} ..."):
         try:
             found = search.search(obligation, rule, load_model)
         except ParamError as e:

@@ -16,7 +16,7 @@ def diagram(
     check: Annotated[bool, typer.Option(
         "--check", help="write nothing; exit 1 if the committed block differs")] = False,
     doc: Annotated[Optional[Path], typer.Option(
-        help="the Markdown file holding the generated block (default: docs/lifecycle.md "
+        "--doc", help="the Markdown file holding the generated block (default: docs/lifecycle.md "
              "in the repository)")] = None,
     repo: RepoOpt = None,
 ) -> None:
@@ -24,10 +24,16 @@ def diagram(
     spec's transition table (``--check``: only compare)."""
     from kvreach import diagram as dg
 
-    path = doc or _repo_root(repo).resolve() / dg.DOC
+    root = _repo_root(repo) if repo is not None or doc is None else None  # a bad --repo: an error
+    path = doc or root.resolve() / dg.DOC
     if not path.is_file():
         raise CliError("--doc", path, "an existing Markdown file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CliError("--doc", path, f"a UTF-8 Markdown file (byte {e.start} is not UTF-8)") from None
+    except OSError as e:
+        raise CliError("--doc", path, f"a readable file ({e.strerror})") from None
     try:
         new = dg.regenerate(text)
     except ValueError:

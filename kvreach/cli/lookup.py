@@ -5,7 +5,6 @@ does it (``kvreach.impl.lookup``), against those stores and against dense ones
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Optional
 
@@ -13,8 +12,8 @@ import typer
 
 from kvreach.cli._common import _check_choice, _from_param_error, _out
 from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import _config_line, ranges
-from kvreach.params import RULES, ParamError, check_rule
+from kvreach.cli.render import _config_line, write_json, ranges
+from kvreach.params import RULES, ParamError, check_load_model, check_rule
 from kvreach.scenario import Scenario, lookup_groups
 
 LATER_FLAGS = {
@@ -45,6 +44,7 @@ def lookup(
     from kvreach.impl.worlds import later_lookup
 
     _check_choice("--rule", rule, check_rule)
+    _check_choice("--load-model", scenario.load_model, check_load_model)
     trace = _run_scenario(rule, scenario)
     try:
         n = scenario.prompt if later_prompt is None else later_prompt
@@ -54,7 +54,7 @@ def lookup(
         raise _from_param_error(e, LATER_FLAGS) from None
     doc = {"config": scenario.config(rule)} | r.to_json()
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        write_json(doc, sys.stdout.write)
         return
     out = _out()
     tj = trace.to_json()

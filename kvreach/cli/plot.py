@@ -50,6 +50,19 @@ def _chunk_range(value: str | None) -> tuple[int, int] | None:
     return a, b
 
 
+def _rules_pair(value: tuple[str, str] | None) -> tuple[str, str] | None:
+    """``--compare`` takes two rules; a flag taken as the second value (the
+    second rule left out) is named here, not as a missing option later."""
+    if value is not None:
+        if any(r.startswith("-") for r in value):
+            raise CliError("--compare", " ".join(value),
+                           "two rules, each one of " + ", ".join(RULES)
+                           + f" (a flag was taken as a rule: {value[1]})")
+        for r in value:
+            _check_choice("--compare", r, check_rule)
+    return value
+
+
 def _draw(flag: str, out: Path, maps: list, suptitle: str) -> list:
     """Draw ``maps`` to ``out``'s PNG and SVG; -> the maps as drawn."""
     from kvreach import plot as kplot
@@ -70,7 +83,8 @@ def plot(
         "--rule", help="one of " + ", ".join(RULES) + " (or --compare)")] = None,
     compare: Annotated[Optional[tuple[str, str]], typer.Option(
         "--compare", metavar="RULE RULE",
-        help="draw two rules one above the other on the same chunk range")] = None,
+        help="draw two rules one above the other on the same chunk range",
+        callback=_rules_pair)] = None,
     *,
     chunks: Annotated[Optional[str], typer.Option(
         "--chunks", metavar="LO:HI",
@@ -98,8 +112,17 @@ def plot(
     _check_choice("--load-model", scenario.load_model, check_load_model)
     traces = [_run_scenario(r, scenario) for r in rules]
 
-    maps = [kplot.chunk_map(t.to_json(scenario.load_model)) for t in traces]
-    lo, hi = zoom or (0, max(m.hi for m in maps))
-    maps = [kplot.clipped(m, lo, hi) for m in maps]
+    tjs = [t.to_json(scenario.load_model) for t in traces]
+    steps = max(len(t.steps) for t in traces)
+    if steps > kplot.MAX_DRAWN_ROWS:
+        raise CliError("--budget", scenario.budget,
+                       f"a scenario of at most {kplot.MAX_DRAWN_ROWS} scheduler steps to draw "
+                       f"(this one has {steps}); raise --budget, shorten --prompt or --decode, "
+                       "or use `kvreach simulate`")
+    try:
+        lo, hi = kplot.drawable_range(max(kplot.chunk_extent(tj) for tj in tjs), zoom)
+    except ValueError as e:
+        raise CliError("--chunks", chunks or "(whole request)", str(e)) from None
+    maps = [kplot.chunk_map(tj, lo, hi) for tj in tjs]
     drawn = _draw("--out", out_file, maps, "kvreach plot " + _scenario_flags(scenario, rules))
     _print_drawn(_out(), drawn, png, svg)

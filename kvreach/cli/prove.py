@@ -1,5 +1,8 @@
 """``kvreach prove``: run the proof obligations, show the table, write the
-run (``--json``, ``--junit``: :mod:`kvreach.proofs.results`)."""
+run (``--json``, ``--junit``: :mod:`kvreach.proofs.results`; ``-`` for
+stdout). Output paths are checked before the first proof; Ctrl-C stops the
+run within a second (:mod:`kvreach.cli._interrupt`); with stderr not a
+terminal, progress is one line per finished row."""
 
 from __future__ import annotations
 
@@ -9,63 +12,95 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out
+from kvreach.cli._common import (
+    CliError, ModelOpt, RuleOpt, _check_choice, _err, _error_line, _from_param_error, _out,
+    _writable,
+)
+from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.render import print_prove_report
 from kvreach.params import ParamError, check_load_model, check_rule
+from kvreach.proofs.obligations import OBLIGATIONS
 
 
 def prove(
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
-    obligation: Annotated[Optional[str], typer.Option("--obligation", help="one obligation")] = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="write the run header and rows as JSON")] = None,
-    junit_file: Annotated[Optional[Path], typer.Option("--junit", help="write JUnit XML")] = None,
+    obligation: Annotated[Optional[str], typer.Option(
+        "--obligation", help="run one obligation only: one of " + ", ".join(OBLIGATIONS))] = None,
+    json_file: Annotated[Optional[Path], typer.Option(
+        "--json", metavar="FILE", help="write the run header and rows as JSON to FILE "
+                                       "(- for stdout; the table then goes to stderr)")] = None,
+    junit_file: Annotated[Optional[Path], typer.Option(
+        "--junit", metavar="FILE", help="write JUnit XML to FILE (- for stdout)")] = None,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
     from kvreach.proofs import results, runner
-    from kvreach.proofs.obligations import OBLIGATIONS
 
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
     if obligation is not None and obligation not in OBLIGATIONS:
         raise CliError("--obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
+    if json_file is not None and junit_file is not None and str(json_file) == str(junit_file) == "-":
+        raise CliError("--junit", "-", "a file when --json is - (one of them can have stdout)")
+    for flag, path in (("--json", json_file), ("--junit", junit_file)):
+        _writable(flag, path)  # before the first proof, not after a minute of them
 
     todo = list(runner.rows_for(obligation, rule, load_model))
     # runner.run yields the invariant rows first, then the rest in order.
     order = [t for t in todo if t[0] == "invariant"] + [t for t in todo if t[0] != "invariant"]
-    out, err = _out(), _err()
-    rows = []
+    to_stdout = "-" in (str(json_file), str(junit_file))
+    out, err = (_err() if to_stdout else _out()), _err()
+    rows: list = []
     header = results.run_header(obligation, rule, load_model, 0.0)  # the code and time it starts with
     t0 = time.perf_counter()
-    from rich.progress import (
-        BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
-    )
-
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-        MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
-    ) as progress:
-        desc = lambda i: "proving " + "/".join(order[i]) if i < len(order) else "done"  # noqa: E731
-        task = progress.add_task(desc(0), total=len(order))
+    stop = lambda: (f"interrupted: {len(rows)} of {len(order)} row(s) proved in "  # noqa: E731
+                    f"{time.perf_counter() - t0:.1f} s; nothing written")
+    with ExitOnInterrupt(stop, before_exit=lambda: err.show_cursor(True)):
         try:
-            for row in runner.run(obligation, rule, load_model):
+            for row in _rows_with_progress(runner.run(obligation, rule, load_model), order, err, t0):
                 rows.append(row)
-                progress.update(task, advance=1, description=desc(len(rows)))
         except ParamError as e:
             raise _from_param_error(e) from None
     total = time.perf_counter() - t0
 
     n_ok = print_prove_report(out, rows, total)
-
-    try:
-        if json_file is not None:
-            results.write_json(json_file, header, rows, total)
-    except OSError as e:
-        raise CliError("--json", json_file, f"a writable file ({e.strerror})") from None
-    try:
-        if junit_file is not None:
-            results.write_junit(rows, junit_file, total)
-    except OSError as e:
-        raise CliError("--junit", junit_file, f"a writable file ({e.strerror})") from None
+    failed = False
+    for flag, path, write in (
+        ("--json", json_file, lambda f: results.write_json(f, header, rows, total)),
+        ("--junit", junit_file, lambda f: results.write_junit(rows, f, total)),
+    ):
+        if path is None:
+            continue
+        try:  # a failed --json write does not skip --junit
+            write(path)
+        except OSError as e:
+            _error_line(str(CliError(flag, path, f"a writable file ({e.strerror})")))
+            failed = True
+    if failed:
+        raise typer.Exit(2)
     if not rows or n_ok != len(rows):
         raise typer.Exit(1)
+
+
+def _rows_with_progress(rows, order: list, err, t0: float):
+    """The runner's rows, with progress on stderr: a bar on a terminal, else
+    one line per finished row (CI logs)."""
+    if not err.is_terminal:
+        for i, row in enumerate(rows, 1):
+            err.print(f"[{i}/{len(order)}] {row.obligation} {row.rule} {row.load_model}: "
+                      f"{row.verdict} ({'ok' if row.ok else 'NOT ok'}) {row.seconds:.2f} s, "
+                      f"{time.perf_counter() - t0:.0f} s elapsed", markup=False, soft_wrap=True,
+                      highlight=False)
+            yield row
+        return
+    from rich.progress import (
+        BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+    )
+
+    desc = lambda i: "proving " + "/".join(order[i]) if i < len(order) else "done"  # noqa: E731
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True) as p:
+        task = p.add_task(desc(0), total=len(order))
+        for i, row in enumerate(rows, 1):
+            p.update(task, advance=1, description=desc(i))
+            yield row

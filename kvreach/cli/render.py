@@ -6,6 +6,7 @@ summary, the ``prove`` table and report, a counterexample, a drawn chunk map.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -32,6 +33,78 @@ def ranges(chunks: Iterable[int]) -> str:
     return ",".join(out)
 
 
+STEP_COLUMNS = ("step", "kind", "sched", "computed", "after", "offload", "chunks", "cursor",
+                "#sub")
+RICH_TABLE_ROWS = 500  # longer step tables are laid out as plain text (rich: ~1 ms a row)
+
+
+def _step_cells(s: dict) -> list[str]:
+    kind = s["kind"] + ("*" if s.get("in_flight") else "")
+    return [str(s["index"]), kind, str(s["scheduled_tokens"]), str(s["num_computed_tokens"]),
+            str(s["tokens_after_batch"]), str(s["offloadable_tokens"]), str(s["num_chunks"]),
+            f"{s['cursor_before']}->{s['cursor_after']}", str(len(s["submitted"]))]
+
+
+def _plain_steps_table(trace: dict, title: str) -> str:
+    """The steps table as plain fixed-width text (the same columns), linear
+    in the rows."""
+    rows = [_step_cells(s) for s in trace["steps"]]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(STEP_COLUMNS)]
+
+    def line(cells) -> str:
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+    head = line(STEP_COLUMNS)
+    return "\n".join([title, head, "-" * len(head)] + [line(r) for r in rows])
+
+
+def write_json(doc: object, write) -> None:
+    """``write(json.dumps(doc, indent=2) + "\\n")``, the same text, streamed:
+    a list of scalars is joined in one go (C speed) and nothing holds the
+    whole document as one string (a long request's chunk lists are 10^7
+    numbers; ``json.dumps`` with ``indent`` runs its pure-Python encoder)."""
+    import json
+
+    scalar = (str, int, float, bool, type(None))
+    dumps = json.dumps
+    buf: list[str] = []
+    out, write = write, buf.append  # pieces are joined and written in batches
+
+    def emit(o: object, depth: int) -> None:
+        pad, inner = "\n" + "  " * depth, "\n" + "  " * (depth + 1)
+        if isinstance(o, dict):
+            if not o:
+                write("{}")
+                return
+            write("{")
+            for i, (k, v) in enumerate(o.items()):
+                write(("," if i else "") + inner + dumps(str(k)) + ": ")
+                emit(v, depth + 1)
+            write(pad + "}")
+        elif isinstance(o, (list, tuple)):
+            if not o:
+                write("[]")
+            elif all(type(x) is int for x in o):
+                write("[" + inner + ("," + inner).join(map(str, o)) + pad + "]")
+            else:
+                write("[")
+                for i, v in enumerate(o):
+                    write(("," if i else "") + inner)
+                    emit(v, depth + 1)
+                write(pad + "]")
+        elif isinstance(o, scalar):
+            write(dumps(o))
+        else:
+            raise TypeError(f"not JSON: {type(o).__name__}")
+        if len(buf) > 4096:
+            out("".join(buf))
+            buf.clear()
+
+    emit(doc, 0)
+    write("\n")
+    out("".join(buf))
+
+
 def _steps_table(trace: dict, title: str) -> Table:
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col in ("step", "kind", "sched", "computed", "after", "offload", "chunks",
@@ -50,7 +123,10 @@ def _steps_table(trace: dict, title: str) -> Table:
 def _print_steps(console: Console, trace: dict, loadable: set[int] | None, title: str) -> None:
     """The steps table, then each step's submitted chunks as ranges (and the
     ones the load model never loads)."""
-    console.print(_steps_table(trace, title))
+    if len(trace["steps"]) > RICH_TABLE_ROWS:
+        console.print(_plain_steps_table(trace, title), markup=False, soft_wrap=True)
+    else:
+        console.print(_steps_table(trace, title))
     console.print("columns: sched = tokens scheduled, computed = num_computed_tokens, "
                   "after = num_tokens_after_batch, offload = offloadable tokens, "
                   "chunks = storable chunks (num_chunks), cursor = next_stored_chunk_idx",
@@ -58,13 +134,16 @@ def _print_steps(console: Console, trace: dict, loadable: set[int] | None, title
     if any(s.get("in_flight") for s in trace["steps"]):
         console.print("*: async scheduling, the last step's output still in flight",
                       style="dim", soft_wrap=True)
+    lines = []
     for s in trace["steps"]:
         line = f"step {s['index']} {s['kind']} submitted: {ranges(s['submitted'])}"
         if loadable is not None:
             bad = [c for c in s["submitted"] if c not in loadable]
             if bad:
                 line += f"   [red]not loadable: {ranges(bad)}[/]"
-        console.print(line, soft_wrap=True)
+        lines.append(line)
+    if lines:  # one print: rich's per-call overhead dominates a long request
+        console.print("\n".join(lines), soft_wrap=True)
 
 
 def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> str:
@@ -92,7 +171,7 @@ def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> s
 def _sets_summary(console: Console, stored: list[int], loadable: set[int],
                   needed: set[int], model: str) -> None:
     st = set(stored)
-    dup = sorted({c for c in stored if stored.count(c) > 1})
+    dup = sorted(c for c, k in Counter(stored).items() if k > 1)  # O(n), not O(n^2)
     console.print(f"[bold]stored[/] ({len(stored)}): {ranges(stored)}", soft_wrap=True)
     if dup:
         console.print(f"[red]submitted more than once[/]: {ranges(dup)}", soft_wrap=True)

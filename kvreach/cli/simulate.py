@@ -3,7 +3,6 @@ every step shown (or ``--json``)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
@@ -11,7 +10,7 @@ import typer
 
 from kvreach.cli._common import _check_choice, _out
 from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import _config_line, _print_steps, _sets_summary
+from kvreach.cli.render import _config_line, write_json, _print_steps, _sets_summary
 from kvreach.params import RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
@@ -58,7 +57,7 @@ def simulate(
             }},
             "trace": tj,
         }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        write_json(doc, sys.stdout.write)
         return
 
     out = _out()
