@@ -534,31 +534,39 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         check_load_model(model)
     table = expected_table()
     todo = list(rows_for(obligation, rule, model))
-    # The invariant rows first: lifecycle proofs rest on them.
-    invariant_ok: dict[str, bool] = {}
-    for r in (RULES if rule is None else (rule,)):
-        row = run_row("invariant", r, "any", {})
-        invariant_ok[r] = row.verdict == "proved"
-        if ("invariant", r, "any") in todo:
-            todo.remove(("invariant", r, "any"))
-            row.expected = table.get(("invariant", r, "any"), "?")
-            if progress:
-                progress(row)
-            yield row
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    rules = RULES if rule is None else (rule,)
+    # Lifecycle proofs rest on their rule's invariant. Every row runs at once,
+    # as if each invariant held; a proof whose invariant then fails is
+    # reported unknown (_rest_on), so no row waits for the invariant rows.
+    invs = [("invariant", r, "any") for r in rules]
+    rest = [key for key in todo if key not in invs]
+    assume = {r: True for r in rules}
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(invs) + len(rest)))
     if jobs == 1:
-        results = (run_row(name, r, m, invariant_ok) for name, r, m in todo)
+        inv_rows = [run_row(*key, {}) for key in invs]
+        results = (run_row(*key, assume) for key in rest)
     else:
-        # Rows are independent: one solver process per core.
-        # Slowest obligations first (longest-processing-time order), results
-        # still reported in table order.
+        # One solver process per core; slowest first (longest-processing-time
+        # order), results still reported in table order.
         pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_ignore_sigint)
-        order = sorted(range(len(todo)), key=lambda i: -SLOW.get(todo[i][0], 0))
-        by_index = {i: pool.submit(run_row, *todo[i], invariant_ok) for i in order}
-        results = (by_index[i].result() for i in range(len(todo)))
+        keys = invs + rest
+        order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
+                       - (100 if keys[i][0] == "invariant" else 0))
+        futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
+                for i in order}
+        inv_rows = [futs[i].result() for i in range(len(invs))]
+        results = (futs[len(invs) + i].result() for i in range(len(rest)))
     try:
+        invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
+        for row in inv_rows:
+            if ("invariant", row.rule, "any") in todo:
+                row.expected = table.get(("invariant", row.rule, "any"), "?")
+                if progress:
+                    progress(row)
+                yield row
         for row in results:
+            _rest_on(row, invariant_ok)
             row.expected = table.get((row.obligation, row.rule, row.load_model), "?")
             if progress:
                 progress(row)
@@ -566,3 +574,11 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     finally:
         if jobs > 1:
             pool.shutdown(cancel_futures=True)
+
+
+def _rest_on(row: Row, invariant_ok: dict) -> None:
+    """A lifecycle proof by induction rests on its rule's invariant: if that
+    was not proved, the row's proof is not one."""
+    if (row.verdict == "proved" and "invariant obligation 'invariant'" in row.scope
+            and not invariant_ok.get(row.rule, False)):
+        row.verdict, row.detail = "unknown", f"invariant of {row.rule} not proved"
