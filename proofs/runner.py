@@ -538,7 +538,10 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     # Lifecycle proofs rest on their rule's invariant. Every row runs at once,
     # as if each invariant held; a proof whose invariant then fails is
     # reported unknown (_rest_on), so no row waits for the invariant rows.
-    invs = [("invariant", r, "any") for r in rules]
+    # only the invariants a selected row needs (or that are selected)
+    needed = {r for name, r, _ in todo
+              if OBLIGATIONS[name].kind == "lifecycle" and r in rules}
+    invs = [("invariant", r, "any") for r in rules if r in needed]
     rest = [key for key in todo if key not in invs]
     assume = {r: True for r in rules}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(invs) + len(rest)))

@@ -60,3 +60,16 @@ def test_exhausted_budget_fails_the_run(monkeypatch):
     r = CliRunner().invoke(app, ["prove", "--obligation", "load-window-blocks"])
     assert r.exit_code != 0, r.output
     assert "unknown" in r.output
+
+
+def test_a_proof_resting_on_an_unproved_invariant_is_not_a_proof():
+    """Rows run alongside the invariant rows; a 1-step induction proof whose
+    rule's invariant was not proved is reported unknown."""
+    from kvreach.proofs.runner import Row, _rest_on
+
+    row = Row("exactly-once", "vllm-0.33", "any", "proved",
+              "...; any number of steps (1-step induction, invariant obligation 'invariant')", 0.0)
+    _rest_on(row, {"vllm-0.33": True})
+    assert row.verdict == "proved"
+    _rest_on(row, {"vllm-0.33": False})
+    assert row.verdict == "unknown" and "invariant" in row.detail
