@@ -25,8 +25,8 @@ from kvreach.params import GroupConfig, ParamError
 MUTANTS = {
     "mask_need_ceil_w": 150,
     "mask_no_eagle_shift": 150,
-    "horizon_prefix_frontier": 60,
-    "store_prefix_frontier": 60,
+    "horizon_prefix_frontier": 150,
+    "store_prefix_frontier": 150,
     "scan_keeps_initial_window": 60,
 }
 REAL = {"mask_real": 20, "horizon_real": 20, "store_real": 20}
