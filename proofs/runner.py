@@ -551,8 +551,11 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     else:
         # One solver process per core; slowest first (longest-processing-time
         # order), results still reported in table order.
+        # A fresh process per row: no Z3 state carried from an earlier row can
+        # change a row's resources (one row differed by 5 units between two
+        # pool schedules when processes were reused).
         pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint)
+                                   initializer=_ignore_sigint, max_tasks_per_child=1)
         keys = invs + rest
         order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
                        - (100 if keys[i][0] == "invariant" else 0))
