@@ -55,17 +55,25 @@ def _v(m, x) -> int:
     return m.eval(x, model_completion=True).as_long()
 
 
+def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
+    """The decoded lookup groups (a counterexample's ``lookup_groups``): the
+    full-attention group, if any, then the SWA group ``g``."""
+    from kvreach.impl.lookup import LookupGroup
+
+    full = () if lg["full_block_tokens"] is None else (
+        LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)
+    return full + (LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
+                               extra_retained_tokens=lg["extra_retained_tokens"],
+                               eagle=g.eagle),)
+
+
 def later_lookup_of(trace: Trace, cex: dict):
     """The decoded later request's lookup (``kvreach.impl.worlds``) against the
     replayed trace's stores and dense ones."""
-    from kvreach.impl.lookup import LookupGroup
     from kvreach.impl.worlds import later_lookup
 
-    lg, lr, g = cex["lookup_groups"], cex["later_request"], trace.group
-    groups = (() if lg["full_block_tokens"] is None else
-              (LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)) + (
-        LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
-                    extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle),)
+    lr = cex["later_request"]
+    groups = lookup_groups_of(cex["lookup_groups"], trace.group)
     return later_lookup(groups, trace, lr["num_tokens"], lr["shared_tokens"],
                         lr["local_hit_tokens"], lr["max_load_tokens"])
 
@@ -150,7 +158,7 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     decoded final horizon, then every later request of 1 .. H*C + 2C + 1
     tokens sharing the stored prompt (no GPU-local hit, no max_load_tokens)
     looks up; ``[chunk]`` if none of them loads the decoded chunk."""
-    from kvreach.impl.lookup import LaterRequest, LookupGroup, StoreContent, lookup
+    from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
 
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
@@ -158,10 +166,7 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     kept = store_window(cex["rule"], g, r, 0, H, True).chunks
     if c not in kept:
         return []
-    groups = (() if lg["full_block_tokens"] is None else
-              (LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)) + (
-        LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
-                    extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle),)
+    groups = lookup_groups_of(lg, g)
     for T in range(1, H * g.chunk_tokens + 2 * g.chunk_tokens + 2):
         shared = min(T, off)
         content = StoreContent.of_chunks(

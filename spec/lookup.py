@@ -27,7 +27,7 @@ partial tails, no Mamba groups.
 The scan and the lookup are quantifier-free over at most ``bound`` keys: the
 caller's premises must keep the scanned key counts inside the bound
 (:attr:`LookupTerms.scope`). :func:`forall_in` unrolls a range over
-``[0, bound)`` (or, with ``bound=None``, is a ``z3.ForAll``).
+``[0, bound)``.
 """
 
 from __future__ import annotations
@@ -47,11 +47,9 @@ def cdiv(a, b):
     return -((-a) / b)
 
 
-def forall_in(lo, hi, pred: Pred, bound: int | None, name: str = "k") -> z3.BoolRef:
-    """``pred(k)`` for every integer ``k`` in ``[lo, hi)``."""
-    if bound is None:
-        k = z3.FreshInt(name)
-        return z3.ForAll([k], z3.Implies(z3.And(lo <= k, k < hi), pred(k)))
+def forall_in(lo, hi, pred: Pred, bound: int) -> z3.BoolRef:
+    """``pred(k)`` for every integer ``k`` in ``[lo, hi)``, unrolled over
+    ``[0, bound)``."""
     return z3.And([z3.Implies(z3.And(lo <= i, i < hi), pred(z3.IntVal(i))) for i in range(bound)]
                   or [z3.BoolVal(True)])
 
@@ -175,13 +173,13 @@ def scan_loop(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int) ->
     return ScanResult(end, deferred, [])
 
 
-def prefix_end(hit: Pred, start, stop, bound: int | None, prefix: str = "prefix") -> tuple:
+def prefix_end(hit: Pred, start, stop, bound: int, prefix: str = "prefix") -> tuple:
     """``_maximal_prefix_lookup`` over keys ``[start, stop)`` (HIT / MISS):
     the first missing chunk at or after ``start``, or ``stop``."""
     p = z3.Int(prefix + "_end")
     stop = _max(start, stop)
     side = [start <= p, p <= stop,
-            forall_in(start, p, hit, bound, prefix + "_c"),
+            forall_in(start, p, hit, bound),
             z3.Or(p == stop, z3.Not(hit(p)))]
     return p, side
 

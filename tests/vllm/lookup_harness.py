@@ -132,10 +132,6 @@ def twin_outcome(setup: Setup, obs: Observation) -> LookupOutcome:
     return lookup(lookup_groups(setup), obs.later_request(), obs.content)
 
 
-def vllm_outcome(obs: Observation) -> tuple[int | None, set[tuple[int, int]]]:
-    return obs.hit_tokens, obs.loaded
-
-
 _ids = itertools.count()
 
 

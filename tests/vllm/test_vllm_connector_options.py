@@ -137,6 +137,35 @@ def test_shared_prefix_junction_under_retention_falls_back(offline_model_dir):
     assert [s.stores for s in runs[KVREACH].steps] == [s.stores for s in runs[STOCK].steps]
 
 
+class _FakeMetric:
+    """A Prometheus metric stand-in: records its constructor arguments, the
+    label values it is bound to and what it is incremented by."""
+
+    def __init__(self, **kw):
+        self.kw, self.incs, self.labelled = kw, [], []
+
+    def labels(self, *values):
+        self.labelled.append(values)
+        return self
+
+    def inc(self, v):
+        self.incs.append(v)
+
+    observe = set = inc
+
+
+def _fake_prom_metrics(connector=KvReachOffloadingConnector):
+    """``connector.build_prom_metrics`` with fake metrics."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    class Cfg:
+        class kv_transfer_config:  # noqa: N801
+            kv_connector_extra_config = {"spec_name": "CPUOffloadingSpec"}
+
+    fake = {Counter: _FakeMetric, Gauge: _FakeMetric, Histogram: _FakeMetric}
+    return connector.build_prom_metrics(Cfg(), fake, ["engine"], {0: ["0"]})
+
+
 def test_prometheus_counter_is_registered():
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
         _MetricType,
@@ -146,29 +175,8 @@ def test_prometheus_counter_is_registered():
         OffloadingConnector,
     )
 
-    class Fake:
-        def __init__(self, **kw):
-            self.kw, self.incs = kw, []
-
-        def labels(self, *values):
-            return self
-
-        def inc(self, v):
-            self.incs.append(v)
-
-        observe = set = inc
-
-    class Cfg:
-        class kv_transfer_config:  # noqa: N801
-            kv_connector_extra_config = {"spec_name": "CPUOffloadingSpec"}
-
-    from prometheus_client import Counter, Gauge, Histogram
-
-    prom = KvReachOffloadingConnector.build_prom_metrics(
-        Cfg(), {Counter: Fake, Gauge: Fake, Histogram: Fake}, ["engine"], {0: ["0"]}
-    )
-    assert isinstance(prom, type(OffloadingConnector.build_prom_metrics(
-        Cfg(), {Counter: Fake, Gauge: Fake, Histogram: Fake}, ["engine"], {0: ["0"]})))
+    prom = _fake_prom_metrics()
+    assert isinstance(prom, type(_fake_prom_metrics(OffloadingConnector)))
     prom.observe({_StatsKey.TYPES: {CONTRACT_VIOLATIONS_METRIC: _MetricType.COUNTER},
                   _StatsKey.DATA: {CONTRACT_VIOLATIONS_METRIC: {(): 2}}})
     assert prom._offloading_metric_defs[CONTRACT_VIOLATIONS_METRIC].incs == [2]
@@ -265,27 +273,7 @@ def test_monitor_prometheus_counters_are_registered():
         _StatsKey,
     )
 
-    class Fake:
-        def __init__(self, **kw):
-            self.kw, self.incs, self.labelled = kw, [], []
-
-        def labels(self, *values):
-            self.labelled.append(values)
-            return self
-
-        def inc(self, v):
-            self.incs.append(v)
-
-        observe = set = inc
-
-    class Cfg:
-        class kv_transfer_config:  # noqa: N801
-            kv_connector_extra_config = {"spec_name": "CPUOffloadingSpec"}
-
-    from prometheus_client import Counter, Gauge, Histogram
-
-    prom = KvReachOffloadingConnector.build_prom_metrics(
-        Cfg(), {Counter: Fake, Gauge: Fake, Histogram: Fake}, ["engine"], {0: ["0"]})
+    prom = _fake_prom_metrics()
     C = _MetricType.COUNTER
     prom.observe({
         _StatsKey.TYPES: {FALLBACKS_METRIC: C, MONITOR_VIOLATIONS_METRIC: C,
