@@ -551,11 +551,12 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     else:
         # One solver process per core; slowest first (longest-processing-time
         # order), results still reported in table order.
-        # A fresh process per row: no Z3 state carried from an earlier row can
-        # change a row's resources (one row differed by 5 units between two
-        # pool schedules when processes were reused).
+        # Processes are reused: a fresh process per row (max_tasks_per_child=1)
+        # made the resources schedule-independent (docs/conformance.md) but a
+        # child spawned during Ctrl-C does not ignore SIGINT yet and breaks
+        # the pool, so it is not used.
         pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint, max_tasks_per_child=1)
+                                   initializer=_ignore_sigint)
         keys = invs + rest
         order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
                        - (100 if keys[i][0] == "invariant" else 0))
