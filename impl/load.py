@@ -48,42 +48,23 @@ def requested_chunks(g: GroupConfig, boundary: int) -> range:
     return range(lo // c, -(-hi // c))
 
 
-def hit_boundaries(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
-) -> list[int]:
-    """Token boundaries a later lookup can hit whose window can reach below
-    the final horizon (``0 < L < H * chunk + W``)."""
-    check_load_model(model)
-    top = final_chunks * g.chunk_tokens + g.mask_window_tokens
-    out: set[int] = set()
-    if g.alignment_tokens is None:
-        step: int | None = g.chunk_tokens
-    elif g.retention_interval is None:
-        step = g.alignment_tokens
-    else:
-        step = g.retention_interval or None
-    if step is not None:
-        out.update(range(step, top + 1, step))
-    if g.retention_interval is not None:
-        assert g.alignment_tokens is not None
-        replay = (req.prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
-        if 0 < replay <= top:
-            out.add(replay)
-    H_tokens = final_chunks * g.chunk_tokens
-    if model == "intended" and g.retention_interval is None and not g.eagle and H_tokens > 0:
-        out.add(H_tokens)
-    return sorted(out)
+def replay_boundary(g: GroupConfig, prompt_tokens: int) -> int:
+    """The replay boundary (tokens): ``num_prompt_tokens - 1`` aligned down to
+    ``alignment_tokens``, where the lookup of a request repeating the prompt
+    ends (vLLM's ``reachable_boundaries``); needs an alignment."""
+    assert g.alignment_tokens is not None
+    return (prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
 
 
-def _relevant_boundaries(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+def _boundaries(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int, relevant: bool
 ) -> list[int]:
-    """The boundaries of :func:`hit_boundaries` that can change
-    :func:`wanted_chunks` or :func:`needed_chunks`: every one up to the final
-    horizon ``H * chunk`` and the first one past it (a later boundary requests
-    a subset of what that one requests below ``H``). At most
-    ``H * chunk / step + 2`` boundaries, whatever the window: O(prompt), not
-    O(window)."""
+    """The one enumerator of hit boundaries up to ``H * chunk + W``: every
+    multiple of the segment step (the chunk with no alignment, the alignment,
+    the retention interval, none for interval 0), with a retention interval
+    the replay boundary, and under ``intended`` the final horizon itself.
+    ``relevant``: only the multiples up to the first one past ``H * chunk``
+    (see :func:`_relevant_boundaries`)."""
     check_load_model(model)
     c = g.chunk_tokens
     H_tokens = final_chunks * c
@@ -96,17 +77,41 @@ def _relevant_boundaries(
     else:
         step = g.retention_interval or None
     if step is not None:
-        first_past = (H_tokens // step + 1) * step  # the first multiple > H_tokens
-        out.update(range(step, min(first_past, top) + 1, step))
+        hi = top
+        if relevant:
+            first_past = (H_tokens // step + 1) * step  # the first multiple > H_tokens
+            hi = min(first_past, top)
+        out.update(range(step, hi + 1, step))
     if g.retention_interval is not None:
-        assert g.alignment_tokens is not None
-        replay = (req.prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
+        replay = replay_boundary(g, req.prompt_tokens)
         if 0 < replay <= top:
             out.add(replay)
     if model == "intended" and g.retention_interval is None and not g.eagle and H_tokens > 0:
         out.add(H_tokens)
-    past = sorted(b for b in out if b > H_tokens)
-    return sorted(b for b in out if b <= H_tokens) + past[:1]
+    return sorted(out)
+
+
+def hit_boundaries(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[int]:
+    """Token boundaries a later lookup can hit whose window can reach below
+    the final horizon (``0 < L < H * chunk + W``)."""
+    return _boundaries(model, g, req, final_chunks, relevant=False)
+
+
+def _relevant_boundaries(
+    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+) -> list[int]:
+    """The boundaries of :func:`hit_boundaries` that can change
+    :func:`wanted_chunks` or :func:`needed_chunks`: every one up to the final
+    horizon ``H * chunk`` and the first one past it (a later boundary requests
+    a subset of what that one requests below ``H``). At most
+    ``H * chunk / step + 2`` boundaries, whatever the window: O(prompt), not
+    O(window)."""
+    H_tokens = final_chunks * g.chunk_tokens
+    out = _boundaries(model, g, req, final_chunks, relevant=True)
+    past = [b for b in out if b > H_tokens]
+    return [b for b in out if b <= H_tokens] + past[:1]
 
 
 def _requested_spans(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import deal
 
 from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the default mode)
-from kvreach.impl.load import loadable_chunks
+from kvreach.impl.load import loadable_chunks, replay_boundary
 from kvreach.params import RULES, GroupConfig, RequestConfig, cdiv, check_rule
 
 # ---------------------------------------------------------------------------
@@ -56,8 +56,7 @@ def rule_hit_boundaries(
         if final_segment_end_block is not None and not g.eagle:
             out.append(final_segment_end_block * B)
     if g.retention_interval is not None:
-        assert g.alignment_tokens is not None
-        out.append((prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens)
+        out.append(replay_boundary(g, prompt_tokens))
     return out
 
 
@@ -133,9 +132,7 @@ def _segment_tail(i: int, ps: int, need: int, shift: int) -> bool:
 
 def _replay_end_block(g: GroupConfig, prompt_tokens: int) -> int:
     """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down."""
-    assert g.alignment_tokens is not None
-    aligned = (prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
-    return aligned // g.block_tokens + g.shift
+    return replay_boundary(g, prompt_tokens) // g.block_tokens + g.shift
 
 
 @deal.pre(lambda block, g, prompt_tokens, final_segment_end_block: block >= 0)
@@ -296,11 +293,40 @@ def store_horizon_chunks(
     an earlier end would call an intermediate frontier final."""
     if g.retention_interval is not None or g.eagle:
         return None
+    return known_final_horizon(
+        finished, num_chunks, prompt_horizon_chunks, num_chunks, prompt_horizon_chunks
+    )
+
+
+def known_final_horizon(finished: bool, num_chunks: int, prompt_horizon_chunks: int,
+                        current, prompt):
+    """The horizon known to be final at this step: ``current`` (the request's
+    horizon now) once finished, ``prompt`` (the prompt's offloadable horizon)
+    while the frontier ``num_chunks`` is within the prompt horizon, else None
+    (decode past the prompt: not known yet). In chunks for the mask
+    (``store_horizon_chunks``), in tokens for the runtime monitor."""
     if finished:
-        return num_chunks
+        return current
     if num_chunks <= prompt_horizon_chunks:
-        return prompt_horizon_chunks
+        return prompt
     return None
+
+
+def prompt_horizon_chunks(g: GroupConfig, req: RequestConfig) -> int:
+    """``prompt_offloadable_tokens // tokens_per_chunk``: the prompt's
+    offloadable horizon in chunks (``_build_store_jobs``)."""
+    return req.prompt_offloadable_tokens // g.chunk_tokens
+
+
+def reconsider_start_chunk(g: GroupConfig, cursor: int, num_chunks: int) -> int:
+    """Where an end-of-request reconsideration starts: the cursor, or the
+    start of the final partial segment (``_final_swa_alignment_blocks``) when
+    that is earlier."""
+    fab = g.final_alignment_blocks
+    assert fab is not None
+    bpc = g.blocks_per_chunk
+    hb = num_chunks * bpc
+    return min(cursor, (hb - hb % fab) // bpc)
 
 
 def reconsider_final_tail(
@@ -461,12 +487,9 @@ def submitted_loadable(rule, g, req, cursor, num_chunks, finished, result) -> bo
     has no known final horizon and is not constrained here."""
     if rule != "vllm-0.33" or g.dense or g.eagle or g.retention_interval is not None:
         return True
-    prompt_h = req.offloadable(req.prompt_tokens, req.prompt_tokens) // g.chunk_tokens
-    if finished:
-        horizon = num_chunks
-    elif num_chunks <= prompt_h:
-        horizon = prompt_h
-    else:
+    prompt_h = prompt_horizon_chunks(g, req)
+    horizon = known_final_horizon(finished, num_chunks, prompt_h, num_chunks, prompt_h)
+    if horizon is None:
         return True
     loadable = loadable_chunks("intended", g, req, horizon)
     return all(c in loadable for c in result.chunks)
@@ -500,20 +523,16 @@ def store_window(
         )
         return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
     if rule == "lookup-window":  # no horizon: the keep decision is the chunk's alone
-        p_off = req.offloadable(req.prompt_tokens, req.prompt_tokens)
-        keep = [lookup_window_keep(c, g, p_off) for c in range(start, num_chunks)]
+        keep = [lookup_window_keep(c, g, req.prompt_offloadable_tokens) for c in range(start, num_chunks)]
         chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
         mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
         return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
 
-    prompt_h = req.offloadable(req.prompt_tokens, req.prompt_tokens) // g.chunk_tokens
+    prompt_h = prompt_horizon_chunks(g, req)
     horizon = store_horizon_chunks(g, finished, num_chunks, prompt_h)
     reconsider = reconsider_final_tail(g, finished, num_chunks, prompt_h)
     if reconsider:
-        fab = g.final_alignment_blocks
-        assert fab is not None
-        hb = num_chunks * bpc
-        start = min(start, (hb - hb % fab) // bpc)
+        start = reconsider_start_chunk(g, start, num_chunks)
     if num_chunks <= start:
         return StoreWindow(start, num_chunks, (), None, max(cursor, num_chunks), horizon)
     mask = reachable_block_mask(

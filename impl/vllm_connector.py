@@ -414,12 +414,10 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 m = monitors[gi]
                 assert m is not None
                 prompt_h = prompt_offloadable_tokens // group_config.tokens_per_chunk
-                if finished:
-                    horizon_tokens = num_offloadable_tokens
-                elif num_chunks <= prompt_h:
-                    horizon_tokens = prompt_offloadable_tokens
-                else:
-                    horizon_tokens = None
+                horizon_tokens = rules.known_final_horizon(
+                    finished, num_chunks, prompt_h,
+                    num_offloadable_tokens, prompt_offloadable_tokens,
+                )
                 cursor = group_state.next_stored_chunk_idx
                 try:
                     st = self._monitor_states(req.request_id, len(req_status.group_states))[gi]

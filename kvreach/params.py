@@ -221,6 +221,12 @@ class RequestConfig:
         if self.max_offload_tokens is not None:
             _need_int("max_offload_tokens", self.max_offload_tokens, 0)
 
+    @property
+    def prompt_offloadable_tokens(self) -> int:
+        """``prompt_offloadable_tokens`` of ``_build_store_jobs``: the
+        prompt's offloadable tokens, ``offloadable(prompt, prompt)``."""
+        return self.offloadable(self.prompt_tokens, self.prompt_tokens)
+
     def offloadable(self, tokens: int, num_tokens: int) -> int:
         """``OffloadingConnectorScheduler._calc_num_offloadable_tokens``."""
         n = min(tokens, num_tokens)

@@ -68,7 +68,7 @@ def _replay_block(g: GroupConfig, r: RequestConfig) -> int:
     """Test-data anchor only: near the replay boundary's block."""
     if g.alignment_tokens is None:
         return 0
-    return (r.prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens // g.block_tokens
+    return iload.replay_boundary(g, r.prompt_tokens) // g.block_tokens
 
 
 def _anchor(draw, g, r, F):
@@ -125,7 +125,7 @@ def test_chunk_mask_equals_spec(cfg, data):
 def test_store_window_equals_spec(cfg, data):
     g, r = cfg
     ev = Evaluator(g, r)
-    prompt_h = r.offloadable(r.prompt_tokens, r.prompt_tokens) // g.chunk_tokens
+    prompt_h = irules.prompt_horizon_chunks(g, r)
     n = data.draw(st.one_of(st.integers(0, 40), st.integers(max(0, prompt_h - 3), prompt_h + 3)),
                   label="num_chunks")
     cursors = data.draw(
