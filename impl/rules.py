@@ -130,9 +130,11 @@ def _segment_tail(i: int, ps: int, need: int, shift: int) -> bool:
     return i >= shift and (i - shift) % ps >= ps - need
 
 
-def _replay_end_block(g: GroupConfig, prompt_tokens: int) -> int:
-    """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down."""
-    return replay_boundary(g, prompt_tokens) // g.block_tokens + g.shift
+def _replay_end_block(g: GroupConfig, prompt_tokens: int, shift: int | None = None) -> int:
+    """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down
+    (``shift``: the EAGLE shift, ``g.shift`` unless a mutant drops it)."""
+    return replay_boundary(g, prompt_tokens) // g.block_tokens + (
+        g.shift if shift is None else shift)
 
 
 @deal.pre(lambda block, g, prompt_tokens, final_segment_end_block: block >= 0)
@@ -216,11 +218,20 @@ def reachable_block_mask(
     Tails are built by repeating one segment's pattern with list operations
     instead of testing every block in Python.
     """
+    return _block_mask(start_block, end_block, g, prompt_tokens, final_segment_end_block,
+                       g.need, g.shift)
+
+
+def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens: int,
+                final_segment_end_block: int | None, need: int, shift: int) -> list[bool] | None:
+    """The body of :func:`reachable_block_mask` with ``need`` and ``shift``
+    as parameters: ``g.need`` and ``g.shift`` there, another value only in a
+    mutant (``tests/conformance/crosshair_targets.py``)."""
     if g.dense:
         return None
     n = end_block - start_block
     mask = [False] * n
-    need, shift, ps = g.need, g.shift, g.per_segment
+    ps = g.per_segment
 
     def fill(lo: int, hi: int) -> None:
         lo, hi = max(lo, start_block), min(hi, end_block)
@@ -245,7 +256,7 @@ def reachable_block_mask(
         if F is not None and not g.eagle and F % ps:
             fill(max(F - F % ps, F - need), F)
     if g.retention_interval is not None:
-        end = _replay_end_block(g, prompt_tokens)
+        end = _replay_end_block(g, prompt_tokens, shift)
         fill(end - need, end)
     return mask
 
@@ -291,8 +302,17 @@ def store_horizon_chunks(
     horizon once finished, none during decode past the prompt, with a
     retention interval, or for EAGLE groups. Never earlier than the frontier:
     an earlier end would call an intermediate frontier final."""
+    return _store_horizon(g, finished, num_chunks, prompt_horizon_chunks)
+
+
+def _store_horizon(g: GroupConfig, finished: bool, num_chunks: int, prompt_horizon_chunks: int,
+                   frontier_final: bool = False) -> int | None:
+    """The body of :func:`store_horizon_chunks`; ``frontier_final`` (a mutant
+    only: the pre-fix horizon) takes the step's count as the final end."""
     if g.retention_interval is not None or g.eagle:
         return None
+    if frontier_final:
+        return num_chunks
     return known_final_horizon(
         finished, num_chunks, prompt_horizon_chunks, num_chunks, prompt_horizon_chunks
     )
@@ -514,6 +534,13 @@ def store_window(
     num_chunks: ``storable_chunks`` at this step.
     finished: the request finished (normally or aborted) in this step.
     """
+    return _store_window(rule, g, req, cursor, num_chunks, finished)
+
+
+def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
+                  finished: bool, frontier_final: bool = False) -> StoreWindow:
+    """The body of :func:`store_window`; ``frontier_final`` (a mutant only)
+    hands the mask the pre-fix horizon (:func:`_store_horizon`)."""
     check_rule(rule)
     bpc = g.blocks_per_chunk
     start = cursor
@@ -529,7 +556,9 @@ def store_window(
         return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
 
     prompt_h = prompt_horizon_chunks(g, req)
-    horizon = store_horizon_chunks(g, finished, num_chunks, prompt_h)
+    horizon = (  # the real horizon through its contract (horizon_is_final)
+        _store_horizon(g, finished, num_chunks, prompt_h, frontier_final=True) if frontier_final
+        else store_horizon_chunks(g, finished, num_chunks, prompt_h))
     reconsider = reconsider_final_tail(g, finished, num_chunks, prompt_h)
     if reconsider:
         start = reconsider_start_chunk(g, start, num_chunks)

@@ -1,12 +1,15 @@
 """CrossHair targets: plain-int adapters around kvreach.impl rules, and
-deliberately wrong copies (mutants) carrying the *same* deal contracts.
+mutants carrying the *same* deal contracts. A mutant is the one rule with one
+mutation parameter set (``rules._block_mask``'s ``need`` / ``shift``,
+``rules._store_horizon`` / ``rules._store_window``'s ``frontier_final``,
+``lookup.scan``'s ``reset_window_on_break``), never a copy of it.
 
 Test data for ``tests/conformance/test_crosshair.py`` and
 ``scripts/crosshair_check.sh``. Every adapter takes plain ints/bools (no
 ``GroupConfig`` argument), so CrossHair explores the rule's integer inputs
 directly; the bounds are stated once, in the ``*_BOUNDS`` preconditions below.
 
-Mutants (each a copy of the real rule with one known bug injected):
+Mutants (each the real rule with one known bug injected by a parameter):
 
 - ``mask_need_ceil_w``: ``need = ceil(W / B)`` instead of ``ceil((W - 1) / B)``
   (vLLM 0.29.0's ``get_sliding_window_size_in_chunks`` window).
@@ -117,38 +120,6 @@ def mask_real(
     )
 
 
-def mask_body(start_block, end_block, g, prompt_tokens, final_segment_end_block, need, shift):
-    """Verbatim copy of ``rules.reachable_block_mask``'s body with ``need`` and
-    ``shift`` as parameters (the mutation points). ``test_crosshair.py`` checks
-    that with the true values it equals the real function."""
-    if g.dense:
-        return None
-    n = end_block - start_block
-    mask = [False] * n
-    ps = g.per_segment
-
-    def fill(lo: int, hi: int) -> None:
-        lo, hi = max(lo, start_block), min(hi, end_block)
-        if lo < hi:
-            mask[lo - start_block : hi - start_block] = [True] * (hi - lo)
-
-    if ps is not None:
-        k0 = max(0, (start_block - shift) // ps)
-        k = k0
-        while shift + k * ps + ps - need < end_block:
-            fill(shift + k * ps + ps - need, shift + (k + 1) * ps)
-            k += 1
-        F = final_segment_end_block
-        if F is not None and not g.eagle and F % ps:
-            fill(max(F - F % ps, F - need), F)
-    if g.retention_interval is not None:
-        assert g.alignment_tokens is not None
-        aligned = (prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
-        end = aligned // g.block_tokens + shift
-        fill(end - need, end)
-    return mask
-
-
 @mask_contract
 def mask_need_ceil_w(
     block_size: int, window: int, alignment_tokens: int | None, eagle: bool,
@@ -158,7 +129,9 @@ def mask_need_ceil_w(
     """MUTANT: need = ceil(W / B) (+ EAGLE block) instead of ceil((W - 1) / B)."""
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
     need = cdiv(g.window, g.block_tokens) + g.shift
-    return mask_body(start_block, end_block, g, prompt_tokens, final_segment_end_block, need, g.shift)
+    return rules._block_mask(
+        start_block, end_block, g, prompt_tokens, final_segment_end_block, need, g.shift
+    )
 
 
 @mask_contract
@@ -169,7 +142,9 @@ def mask_no_eagle_shift(
 ) -> list[bool] | None:
     """MUTANT: the EAGLE shift of the matched run dropped (shift = 0)."""
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
-    return mask_body(start_block, end_block, g, prompt_tokens, final_segment_end_block, g.need, 0)
+    return rules._block_mask(
+        start_block, end_block, g, prompt_tokens, final_segment_end_block, g.need, 0
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -211,10 +186,10 @@ def horizon_prefix_frontier(
     eagle: bool, retention: bool, finished: bool, num_chunks: int, prompt_horizon_chunks: int
 ) -> int | None:
     """MUTANT (pre-fix horizon): the current step's count is the final segment end."""
-    g = _horizon_group(eagle, retention)
-    if g.retention_interval is not None or g.eagle:
-        return None
-    return num_chunks
+    return rules._store_horizon(
+        _horizon_group(eagle, retention), finished, num_chunks, prompt_horizon_chunks,
+        frontier_final=True,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -259,15 +234,9 @@ def store_prefix_frontier(
     """MUTANT (pre-fix horizon) of the vllm-0.33 store step: the mask's final
     segment end is the current storable count, running or not."""
     g = _group(block_size, window, alignment_tokens, False)
-    if num_chunks <= cursor:
-        return rules.StoreWindow(cursor, num_chunks, (), None, max(cursor, num_chunks))
-    mask = rules.reachable_block_mask(cursor, num_chunks, g, prompt_tokens, num_chunks)
-    chunks = tuple(
-        c for c in range(cursor, num_chunks) if mask is None or mask[c - cursor]
-    )
-    return rules.StoreWindow(
-        cursor, num_chunks, chunks, None if mask is None else tuple(mask),
-        max(cursor, num_chunks),
+    return rules._store_window(
+        "vllm-0.33", g, RequestConfig(prompt_tokens), cursor, num_chunks, finished,
+        frontier_final=True,
     )
 
 

@@ -1,5 +1,5 @@
 """CrossHair can fail: it finds a counterexample to the deal contract in each
-deliberately wrong copy of a rule (``crosshair_targets``: the pre-fix horizon,
+mutant of a rule (``crosshair_targets``: the pre-fix horizon,
 ``need = ceil(W / B)``, the dropped EAGLE shift, the lookup scan that keeps its
 initial window) and none in the real rule
 under the same contract and bounds.
@@ -67,9 +67,9 @@ def test_crosshair_real_rule_has_no_counterexample(crosshair_runs, name):
     assert r.returncode == 0 and not r.errors, (r.returncode, r.stdout, r.stderr[-2000:])
 
 
-# The mutants share mask_body, a copy of rules.reachable_block_mask's body with
-# need/shift as parameters. With the true values it must be the real function,
-# so each mutant differs from the real rule only by its injected fault.
+# The mask mutants call rules._block_mask, rules.reachable_block_mask's body
+# with need/shift as parameters. With the true values it must be the real
+# function, so each mutant differs from the real rule only by its injected fault.
 @settings(max_examples=400, deadline=None)
 @given(
     B=st.integers(1, 8), W=st.integers(1, 64), A=st.none() | st.integers(1, 128),
@@ -77,13 +77,13 @@ def test_crosshair_real_rule_has_no_counterexample(crosshair_runs, name):
     P=st.integers(1, 1024), start=st.integers(0, 128), span=st.integers(0, 16),
     F=st.none() | st.integers(0, 200),
 )
-def test_mask_body_copy_is_faithful(B, W, A, eagle, dcp, R, P, start, span, F):
+def test_mask_body_is_faithful(B, W, A, eagle, dcp, R, P, start, span, F):
     try:
         g = GroupConfig(B, W, A, dcp_world_size=dcp, eagle=eagle,
                         retention_interval=None if R is None else R * B * dcp)
     except ParamError:
         return
     end = start + span
-    assert T.mask_body(start, end, g, P, F, g.need, g.shift) == rules.reachable_block_mask(
+    assert rules._block_mask(start, end, g, P, F, g.need, g.shift) == rules.reachable_block_mask(
         start, end, g, P, F
     )

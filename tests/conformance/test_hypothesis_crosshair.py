@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import crosshair_targets as T
 from kvreach.impl import rules
 from kvreach.params import GroupConfig
 
@@ -51,7 +50,7 @@ def test_mutant_fails_under_crosshair_backend():
     def prop(B, W, m, eagle, start, span, F):
         g, end, F = _case(B, W, m, eagle, start, span, F)
         need = -(-W // g.block_tokens) + g.shift
-        res = T.mask_body(start, end, g, 1, F, need, g.shift)
+        res = rules._block_mask(start, end, g, 1, F, need, g.shift)
         assert rules.mask_matches_hits(start, end, g, 1, F, res)
 
     with pytest.raises(AssertionError):
