@@ -17,25 +17,18 @@ from kvreach.spec.rules import StoreStep, v033_store
 
 def prefix_horizon_store(s, cursor, n, finished, c, aux):
     """vllm-0.33 with the pre-fix horizon: the step's count is the final end."""
-    reach = mask.chunk_reachable(s, c, n * s.bpc)
-    return StoreStep(z3.And(cursor <= c, c < n, reach), _max(cursor, n), z3.BoolVal(True))
+    return v033_store(s, cursor, n, finished, c, aux, horizon_at_frontier=True)
 
 
 def no_final_tail_store(s, cursor, n, finished, c, aux):
     """vllm-0.33 without the final-segment tail (horizon always None)."""
-    reach = mask.chunk_reachable(s, c, None)
-    return StoreStep(z3.And(cursor <= c, c < n, reach), _max(cursor, n), z3.BoolVal(True))
+    return v033_store(s, cursor, n, finished, c, aux, final_tail=False)
 
 
 def resubmit_store(s, cursor, n, finished, c, aux):
     """vllm-0.33 whose abort reconsideration forgets what was stored: it
     rescans the final partial segment from its start."""
-    real = v033_store(s, cursor, n, finished, c, aux)
-    hb = n * s.bpc
-    seg_start = (hb - hb % s.psA) / s.bpc
-    rescan = z3.And(finished, s.has_align, seg_start <= c, c < n,
-                    mask.chunk_reachable(s, c, n * s.bpc))
-    return StoreStep(z3.Or(real.submitted, rescan), real.next_cursor, real.side)
+    return v033_store(s, cursor, n, finished, c, aux, skip_stored=False)
 
 
 def ahead_store(s, cursor, n, finished, c, aux):
@@ -93,31 +86,12 @@ def need_ceil_w(s):
 
 def wanted_early_witness(s, model, c, H):
     """``load.wanted`` whose segment witness is one segment too early."""
-    k = (c * s.bpc - s.e) / s.seg
-    w = z3.If(k >= 1, k, 1) * s.seg
-    parts = [
-        z3.And(load.segment_boundary(s, w), load.chunk_requested(s, c, w)),
-        z3.And(s.has_align, s.rmode != R_NONE, load.replay_boundary(s) >= 1,
-               load.chunk_requested(s, c, load.replay_boundary(s))),
-    ]
-    if model == "intended":
-        parts.append(z3.And(z3.Not(s.eagle), s.rmode == R_NONE, H >= 1,
-                            load.chunk_requested(s, c, H * s.bpc)))
-    return z3.And(c >= 0, c < H, z3.Or(parts))
+    return load.wanted(s, model, c, H, witness_early=1)
 
 
 def chunk_reachable_off_by_one(s, c, F=None):
     """``mask.chunk_reachable`` with ``r > seg - need`` instead of ``>=``."""
-    first = c * s.bpc
-    last = first + s.bpc - 1
-    r = (last - s.e) % s.seg
-    prev = last - r - 1
-    seg_hit = z3.And(s.has_segments, s.need >= 1, z3.Or(
-        z3.And(last >= s.e, r > s.seg - s.need),
-        z3.And(prev >= first, prev >= s.e),
-    ))
-    full = mask.chunk_reachable(s, c, F)
-    return z3.Or(s.dense, seg_hit, z3.And(z3.Not(mask.chunk_reachable(s, c, None)), full))
+    return mask.chunk_reachable(s, c, F, tail_off_by_one=True)
 
 
 def scan_keeps_initial_window(*args, **kw):
@@ -141,8 +115,7 @@ def prefix_scan_one_short():
 
 
 # Static variant (MUTANTS' third field) -> the function that plants it; the
-# obligations select them by name, the proof catalog (docs/proofs.md) quotes
-# their docstrings.
+# proof catalog (docs/proofs.md) quotes their docstrings.
 VARIANTS = {
     "keeps-every-chunk": keeps_every_chunk,
     "scan-keeps-initial-window": scan_keeps_initial_window,
@@ -150,4 +123,17 @@ VARIANTS = {
     "need-ceil-W": need_ceil_w,
     "witness-early": wanted_early_witness,
     "tail-off-by-one": chunk_reachable_off_by_one,
+}
+
+
+# Static variant -> the mutation parameters it sets (``Ctx.mutant``, read by
+# its obligation and passed to the one function it mutates): the runner plants
+# them; no obligation names a variant.
+PLANTS = {
+    "keeps-every-chunk": {"keep_every_chunk": True},  # obligations.one_shot_mask
+    "scan-keeps-initial-window": {"reset_window_on_break": False},  # spec.lookup.scan_end
+    "prefix-scan-one-short": {"short_by": 1},  # spec.lookup.prefix_scan_end
+    "need-ceil-W": {"config": need_ceil_w},  # the configuration (need0)
+    "witness-early": {"witness_early": 1},  # spec.load.wanted
+    "tail-off-by-one": {"tail_off_by_one": True},  # spec.mask.chunk_reachable
 }

@@ -47,6 +47,9 @@ class Ctx:
     lk: object = field(default_factory=lambda: _fresh_lookup())
     shared: z3.ArithRef = field(default_factory=lambda: z3.Int("later_shared_tokens"))
     pins: list = field(default_factory=list)  # a geometry's pins (grid obligations)
+    # a static mutant's mutation parameters (proofs.mutants.PLANTS), each passed
+    # to the one function it mutates
+    mutant: dict = field(default_factory=dict)
 
     def base(self) -> list:
         return [self.s.well_formed(), self.budget >= 1, *self.pins]
@@ -149,6 +152,8 @@ def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
     """The rule's keep-decision for chunk ``c`` of a request whose final
     horizon is ``H`` chunks, evaluated at that horizon."""
     s = ctx.s
+    if ctx.mutant.get("keep_every_chunk"):
+        return z3.BoolVal(True)
     if ctx.rule == "lookup-window":
         from kvreach.spec.rules import lookup_window_keep
 
@@ -156,18 +161,17 @@ def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
     if ctx.rule == "vllm-0.29":
         wc = z3.Int("wc_mask")
         return z3.And(mask.v029_window_chunks(s, wc), mask.v029_chunk_reachable(s, c, H, wc))
-    F = z3.If(z3.Or(s.eagle, s.rmode != 0), -1, H * s.bpc)
-    return mask.chunk_reachable(s, c, F)
+    from kvreach.spec.rules import final_segment_end
+
+    return mask.chunk_reachable(s, c, final_segment_end(s, H))
 
 
 def _mask_eq(ctx: Ctx):
     s, c, H, L = ctx.s, ctx.c, ctx.H, ctx.L
     rng = [c >= 0, c < H]
     keep = one_shot_mask(ctx, c, H)
-    if ctx.variant == "need-ceil-W":
-        from kvreach.proofs.mutants import need_ceil_w
-
-        sm, side = need_ceil_w(s)
+    if "config" in ctx.mutant:  # the keep decision under a mutated configuration
+        sm, side = ctx.mutant["config"](s)
         keep = z3.And(side, one_shot_mask(Ctx(sm, ctx.rule, ctx.model), c, H))
     return [
         Query(ctx.base() + rng + [keep], z3.Not(load.wanted(s, ctx.model, c, H))),
@@ -180,12 +184,9 @@ def _mask_eq(ctx: Ctx):
 
 def _load_witness(ctx: Ctx):
     s, c, H, L = ctx.s, ctx.c, ctx.H, ctx.L
-    wanted = load.wanted
-    if ctx.variant == "witness-early":
-        from kvreach.proofs.mutants import wanted_early_witness as wanted
     return [Query(
         ctx.base() + [c >= 0, c < H, load.is_boundary(s, ctx.model, L, H), load.chunk_requested(s, c, L)],
-        z3.Not(wanted(s, ctx.model, c, H)),
+        z3.Not(load.wanted(s, ctx.model, c, H, ctx.mutant.get("witness_early", 0))),
     )]
 
 
@@ -202,9 +203,9 @@ def _chunk_closed_form(ctx: Ctx):
         z3.If(end - s.need > first, end - s.need - first, 0),
     ]
     exists_some = z3.Or([mask.chunk_reachable_exists(s, c, w, F) for w in witnesses])
-    closed = mask.chunk_reachable
-    if ctx.variant == "tail-off-by-one":
-        from kvreach.proofs.mutants import chunk_reachable_off_by_one as closed
+    def closed(s, c, F):
+        return mask.chunk_reachable(s, c, F, ctx.mutant.get("tail_off_by_one", False))
+
     return [
         Query(ctx.base() + [c >= 0, F >= 0, mask.chunk_reachable_exists(s, c, j, F)],
               z3.Not(closed(s, c, F))),
@@ -216,10 +217,8 @@ def _load_window_blocks(ctx: Ctx):
     s, L = ctx.s, ctx.L
     first_tok = L * s.B - (s.W - 1)
     need0, side = s.need0, []
-    if ctx.variant == "need-ceil-W":
-        from kvreach.proofs.mutants import need_ceil_w
-
-        sm, cons = need_ceil_w(s)
+    if "config" in ctx.mutant:  # a mutated configuration's need0
+        sm, cons = ctx.mutant["config"](s)
         need0, side = sm.need0, [cons]
     return [Query(ctx.base() + side + [L >= 1, first_tok >= 0],
                   first_tok / s.B != L - need0)]
@@ -291,9 +290,7 @@ def _no_waste(ctx: Ctx):
 
     s, c, H = ctx.s, ctx.c, ctx.H
     off = z3.Int("offloadable_tokens")
-    keep = (lambda x: z3.BoolVal(True)) if ctx.variant == "keeps-every-chunk" else (
-        lambda x: one_shot_mask(ctx, x, H))
-    kept = lambda x: z3.And(x >= 0, x < H, keep(x))  # noqa: E731
+    kept = lambda x: z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))  # noqa: E731
     b1 = (c * s.C / s.A + 1) * s.A
     b0 = c * s.C / s.A * s.A
     prem = ctx.base() + [H >= 1, H == off / s.C, off >= 0, off <= NO_WASTE_MAX_TOKENS,
@@ -322,9 +319,7 @@ def _prefix_scan(ctx: Ctx):
 
     x, n = z3.Int("present_below"), z3.Int("scan_keys")
     w, w0, e = z3.Int("sliding_window_chunks"), z3.Int("initial_window_chunks"), z3.Int("larger_end")
-    end = lookup.prefix_scan_end(x, n)
-    if ctx.variant == "prefix-scan-one-short":
-        end = _max(0, end - 1)
+    end = lookup.prefix_scan_end(x, n, ctx.mutant.get("short_by", 0))
 
     def qualifies(k):  # keys at and above x break the run
         return lookup.run_qualifies(k, n, w, w0, k >= x, lambda lo, hi: hi > _max(lo, x))
@@ -361,10 +356,8 @@ def _lookup_scan(ctx: Ctx):
     retries = lambda i: z3.And(breaks(i), at(retry, False)(i))  # noqa: E731
     pending = lambda i: z3.And(z3.Not(breaks(i)), at(pend, False)(i))  # noqa: E731
     n, w, w0 = z3.Int("scan_keys"), z3.Int("sliding_window_chunks"), z3.Int("initial_window_chunks")
-    closed = lookup.scan_end
-    if ctx.variant == "scan-keeps-initial-window":
-        from kvreach.proofs.mutants import scan_keeps_initial_window as closed
-    cf = closed(breaks, pending, retries, n, w, w0, K)
+    cf = lookup.scan_end(breaks, pending, retries, n, w, w0, K,
+                         ctx.mutant.get("reset_window_on_break", True))
     loop = lookup.scan_loop(breaks, pending, retries, n, w, w0, K)
     premise = [0 <= n, n <= K, 1 <= w, w <= w0] + cf.side
     return [Query(premise, z3.Or(cf.deferred != loop.deferred,

@@ -26,7 +26,7 @@ import z3
 
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
 from kvreach.proofs import decode
-from kvreach.proofs.mutants import MUTANTS
+from kvreach.proofs.mutants import MUTANTS, PLANTS
 from kvreach.proofs.obligations import (
     OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lifecycle_step_query,
 )
@@ -494,7 +494,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     if variant is not None:
         rejected = False
         for g in (ob.grid or (None,)):
-            mctx = _ctx("vllm-0.33", "intended", variant=variant)
+            mctx = _ctx("vllm-0.33", "intended", variant=variant, mutant=PLANTS[variant])
             if g is not None:
                 mctx.pins = g.pins(mctx)
             qs = ob.queries(mctx)

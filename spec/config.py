@@ -94,9 +94,14 @@ class SymConfig:
         )
 
     @property
+    def prompt_offloadable(self) -> z3.ArithRef:
+        """``prompt_offloadable_tokens``: ``offloadable(P, P)``."""
+        return self.offloadable(self.P, self.P)
+
+    @property
     def prompt_horizon(self) -> z3.ArithRef:
         """``prompt_offloadable_tokens // tokens_per_chunk`` (in chunks)."""
-        return self.offloadable(self.P, self.P) / self.C
+        return self.prompt_offloadable / self.C
 
     def offloadable(self, tokens, num_tokens) -> z3.ArithRef:
         """``_calc_num_offloadable_tokens``."""
@@ -104,10 +109,15 @@ class SymConfig:
         n = z3.If(self.has_max, _min(n, self.max_off), n)
         return z3.If(self.prompt_only, _min(n, self.P), n)
 
+    @property
+    def replay_boundary(self) -> z3.ArithRef:
+        """The replay boundary ``num_prompt_tokens - 1`` aligned down to
+        ``alignment_tokens``, in blocks (``reachable_boundaries``)."""
+        return (self.P - 1) / self.A * self.psA
+
     def replay_end_block(self) -> z3.ArithRef:
-        """End block of the replay boundary ``num_prompt_tokens - 1`` aligned
-        down to ``alignment_tokens`` (``reachable_boundaries``), plus shift."""
-        return (self.P - 1) / self.A * self.psA + self.e
+        """End block of the replay boundary's tail: the boundary plus shift."""
+        return self.replay_boundary + self.e
 
     def well_formed(self) -> z3.BoolRef:
         return z3.And(

@@ -38,7 +38,9 @@ from typing import Callable
 import z3
 
 from kvreach.spec.config import R_NONE, SymConfig, _max
-from kvreach.spec.rules import RULES, STATIC_KEEP, finish_tokens, storable_chunks
+from kvreach.spec.rules import (
+    RULES, STATIC_KEEP, final_segment_end, finish_tokens, storable_chunks,
+)
 
 K_PREFILL, K_DECODE, K_FINISH, K_ABORT = range(4)
 # vLLM 0.33.0's further steps (world "vllm", docs/lifecycle.md): a resumed
@@ -357,7 +359,7 @@ def transition(
 def cursor_of(s: SymConfig, rule: str, f) -> z3.ArithRef:
     """The cursor after the step that reached frontier ``f`` (not ended)."""
     n_running = storable_chunks(s, rule, s.offloadable(f, z3.If(f <= s.P, s.P, f)), False)
-    n_prompt = storable_chunks(s, rule, s.offloadable(s.P, s.P), False)
+    n_prompt = storable_chunks(s, rule, s.prompt_offloadable, False)
     return z3.If(f == 0, 0, z3.If(f <= s.P, n_running, _max(n_prompt, n_running)))
 
 
@@ -379,7 +381,7 @@ def invariant(s: SymConfig, rule: str, st: State, c) -> z3.BoolRef:
     if rule == "vllm-0.33":
         return z3.And(base, st.stored == z3.And(
             c >= 0, c < st.cursor, mask.chunk_reachable(
-                s, c, z3.If(z3.Or(s.eagle, s.rmode != R_NONE), -1, s.prompt_horizon * s.bpc)
+                s, c, final_segment_end(s, s.prompt_horizon)
             ),
         ))
     return z3.And(base, z3.Implies(st.stored, c < st.cursor))

@@ -65,7 +65,7 @@ def segment_boundary(s: SymConfig, L) -> z3.BoolRef:
 
 def replay_boundary(s: SymConfig):
     """``num_prompt_tokens - 1`` aligned down, in blocks (retention only)."""
-    return (s.P - 1) / s.A * s.psA
+    return s.replay_boundary
 
 
 def is_boundary(s: SymConfig, model: str, L, H) -> z3.BoolRef:
@@ -81,19 +81,21 @@ def is_boundary(s: SymConfig, model: str, L, H) -> z3.BoolRef:
     return z3.Or(parts)
 
 
-def segment_witness(s: SymConfig, c):
+def segment_witness(s: SymConfig, c, early: int = 0):
     """The first segment boundary whose request can reach chunk ``c``: the
-    smallest ``k >= 1`` with ``k * seg + shift > c * bpc``."""
-    k = (c * s.bpc - s.e) / s.seg + 1
+    smallest ``k >= 1`` with ``k * seg + shift > c * bpc``. ``early``: that
+    many segments too early (a mutant only)."""
+    k = (c * s.bpc - s.e) / s.seg + (1 - early)
     return z3.If(k >= 1, k, 1) * s.seg
 
 
-def wanted(s: SymConfig, model: str, c, H) -> z3.BoolRef:
+def wanted(s: SymConfig, model: str, c, H, witness_early: int = 0) -> z3.BoolRef:
     """Quantifier-free form of "``c < H`` and some boundary requests ``c``"
-    (valid by ``load-witness``)."""
+    (valid by ``load-witness``). ``witness_early``: the mutant whose segment
+    witness is that many segments early."""
+    w = segment_witness(s, c, witness_early)
     parts = [
-        z3.And(segment_boundary(s, segment_witness(s, c)),
-               chunk_requested(s, c, segment_witness(s, c))),
+        z3.And(segment_boundary(s, w), chunk_requested(s, c, w)),
         z3.And(s.has_align, s.rmode != R_NONE, replay_boundary(s) >= 1,
                chunk_requested(s, c, replay_boundary(s))),
     ]

@@ -99,10 +99,12 @@ def run_qualifies(e, n, w, w0, breaks_at_e, some_break_in, reset_window_on_break
     return z3.And(0 <= e, e <= n, z3.Or(e == n, breaks_at_e), z3.Not(some_break_in(lo, e)))
 
 
-def prefix_scan_end(present_below, n):
+def prefix_scan_end(present_below, n, short_by: int = 0):
     """The scan's end when exactly the keys below ``present_below`` (relative)
-    hit: ``min(n, max(0, present_below))`` (obligation ``lookup-prefix-scan``)."""
-    return _min(n, _max(0, present_below))
+    hit: ``min(n, max(0, present_below))`` (obligation ``lookup-prefix-scan``).
+    ``short_by``: the mutant ending that many keys short (``max(0, end - k)``)."""
+    end = _min(n, _max(0, present_below))
+    return _max(0, end - short_by) if short_by else end
 
 
 def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,

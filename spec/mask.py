@@ -66,16 +66,19 @@ def _interval_meets_chunk(s: SymConfig, c, lo, hi) -> z3.BoolRef:
     return z3.And(lo < hi, lo < first + s.bpc, first < hi)
 
 
-def chunk_reachable(s: SymConfig, c, F=None) -> z3.BoolRef:
-    """Closed form of "some block of chunk ``c`` is reachable"."""
+def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False) -> z3.BoolRef:
+    """Closed form of "some block of chunk ``c`` is reachable".
+    ``tail_off_by_one``: the mutant testing ``r > seg - need`` instead of
+    ``>=``."""
     first = c * s.bpc
     last = first + s.bpc - 1
     r = (last - s.e) % s.seg
     prev_tail_block = last - r - 1  # last block of the previous segment
+    in_last_tail = r > s.seg - s.need if tail_off_by_one else r >= s.seg - s.need
     seg_hit = z3.And(
         s.has_segments, s.need >= 1,
         z3.Or(
-            z3.And(last >= s.e, r >= s.seg - s.need),
+            z3.And(last >= s.e, in_last_tail),
             z3.And(prev_tail_block >= first, prev_tail_block >= s.e),
         ),
     )

@@ -39,27 +39,51 @@ def finish_tokens(s: SymConfig, rule: str, num_tokens) -> z3.ArithRef:
     return _max(s.P, num_tokens - 1)
 
 
-def v033_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
-    """vLLM 0.33.0 ``_build_store_jobs``: horizon, reconsideration, mask."""
+def no_final_segment(s: SymConfig) -> z3.BoolRef:
+    """``_build_store_jobs`` hands the mask no final segment end: a retention
+    interval is set or the group is EAGLE."""
+    return z3.Or(s.eagle, s.rmode != R_NONE)
+
+
+def final_segment_end(s: SymConfig, H) -> z3.ArithRef:
+    """The final segment end (blocks) handed to the mask for horizon ``H``
+    chunks taken as final: ``H * bpc``, or none (-1: the final-tail term is
+    off) by :func:`no_final_segment`."""
+    return z3.If(no_final_segment(s), -1, H * s.bpc)
+
+
+def partial_segment_start(s: SymConfig, n) -> z3.ArithRef:
+    """Chunk where the final partial segment of ``n`` chunks starts
+    (``_final_swa_alignment_blocks``: the alignment in blocks, representable
+    and non-EAGLE)."""
+    hb = n * s.bpc
+    return (hb - hb % s.psA) / s.bpc
+
+
+def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: bool = False,
+               final_tail: bool = True, skip_stored: bool = True) -> StoreStep:
+    """vLLM 0.33.0 ``_build_store_jobs``: horizon, reconsideration, mask.
+    Mutation parameters (``kvreach.proofs.mutants`` only):
+    ``horizon_at_frontier``: the step's count taken as the final end (the
+    pre-fix horizon); ``final_tail=False``: no final-segment tail;
+    ``skip_stored=False``: the reconsideration forgets what was stored."""
     bpc = s.bpc
     Hp = s.prompt_horizon
-    no_horizon = z3.Or(s.rmode != R_NONE, s.eagle)
     # store_horizon_chunks: None -> the final-tail term is off (F irrelevant).
-    horizon = z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
-    has_horizon = z3.And(z3.Not(no_horizon), horizon >= 0)
-    fab = s.psA  # _final_swa_alignment_blocks (representable, non-EAGLE)
+    horizon = n if horizon_at_frontier else z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
+    has_horizon = z3.And(z3.Not(no_final_segment(s)), horizon >= 0)
     reconsider = z3.And(
         finished, n != Hp, s.rmode == R_NONE, s.has_align, z3.Not(s.eagle),
     )
-    hb = n * bpc
-    start = z3.If(reconsider, _min(cursor, (hb - hb % fab) / bpc), cursor)
+    start = z3.If(reconsider, _min(cursor, partial_segment_start(s, n)), cursor)
     reach = z3.If(
         has_horizon,
         mask.chunk_reachable(s, c, horizon * bpc),
         mask.chunk_reachable(s, c, None),
-    )
+    ) if final_tail else mask.chunk_reachable(s, c, None)
     skip = z3.And(reconsider, c < cursor, mask.chunk_reachable(s, c, Hp * bpc))
-    submitted = z3.And(start <= c, c < n, z3.Not(skip), reach)
+    submitted = z3.And(start <= c, c < n, z3.Not(skip), reach) if skip_stored else z3.And(
+        start <= c, c < n, reach)
     return StoreStep(submitted, _max(cursor, n), z3.BoolVal(True))
 
 
@@ -87,7 +111,7 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     seg_c = z3.If(s.rmode == R_POS, s.Rc, s.A / C)
     k = (c + ws) / seg_c
     in_seg = z3.And(s.rmode != R_ZERO, k >= 1, k * seg_c > c - ew)
-    b = s.offloadable(s.P, s.P) / s.A * (s.A / C)
+    b = s.prompt_offloadable / s.A * (s.A / C)
     in_replay = z3.And(s.rmode != R_NONE, b >= 1, b - ws <= c, c < b + ew)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
 
