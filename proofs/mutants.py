@@ -11,7 +11,6 @@ from __future__ import annotations
 import z3
 
 from kvreach.spec import mask
-from kvreach.spec.config import _max
 from kvreach.spec.rules import StoreStep, v033_store
 
 
@@ -74,7 +73,6 @@ MUTANTS = {
 from dataclasses import replace  # noqa: E402
 
 from kvreach.spec import load  # noqa: E402
-from kvreach.spec.config import R_NONE  # noqa: E402
 
 
 def need_ceil_w(s):
