@@ -40,6 +40,7 @@ from kvreach_vllm_harness import (  # noqa: E402
 from vllm.v1.kv_offload.base import PrepareStoreOutput  # noqa: E402
 
 from kvreach.impl import contracts  # noqa: E402
+from kvreach.proofs.scenarios import PR_54362  # noqa: E402
 
 
 def accept_all(keys, req_context):
@@ -64,9 +65,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=32768)
     ap.add_argument("--budget", type=int, default=8192)
-    ap.add_argument("--full-block", type=int, default=36)
-    ap.add_argument("--swa-block", type=int, default=4)
-    ap.add_argument("--window", type=int, default=16)
+    ex = PR_54362  # PR #54362's group (proofs/scenarios.py)
+    ap.add_argument("--full-block", type=int, default=ex.full_block_size)
+    ap.add_argument("--swa-block", type=int, default=ex.swa_block_size)
+    ap.add_argument("--window", type=int, default=ex.window)
     ap.add_argument("--decode", type=int, default=4)
     ap.add_argument("--limit", type=float, default=1.2,
                     help="largest monitor-log / stock ratio (median and total) that passes")

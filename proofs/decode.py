@@ -11,20 +11,21 @@ from kvreach.impl.lifecycle import Lifecycle, Trace, run
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_window
 from kvreach.params import GroupConfig, RequestConfig
+from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
+from kvreach.proofs.scenarios import PR_54362
 from kvreach.spec.config import R_NONE, to_concrete
 from kvreach.spec.lifecycle import K_PREFILL, KINDS
 
-PR_EXAMPLE = dict(block_size=4, window=16, alignment_tokens=36, prompt_tokens=1200, budget=1000)
-
-
 def pr_example_pins(ctx) -> list:
-    """PR #54362's worked example: full-attention block 36 (alignment 36),
-    SWA block 4, window 16, 1200-token prompt, 1000-token budget, prefill
-    chunks as the scheduler cuts them (min(budget, remaining))."""
-    s = ctx.s
+    """PR #54362's worked example (``scenarios.PR_54362``): full-attention
+    block 36 (alignment 36), SWA block 4, window 16, 1200-token prompt,
+    1000-token budget, prefill chunks as the scheduler cuts them
+    (min(budget, remaining))."""
+    s, ex = ctx.s, PR_54362
     return [
-        s.B == 4, s.W == 16, s.has_align, s.A == 36, s.bpc == 1, z3.Not(s.eagle),
-        s.rmode == R_NONE, s.P == 1200, s.prompt_only, z3.Not(s.has_max), ctx.budget == 1000,
+        s.B == ex.swa_block_size, s.W == ex.window, s.has_align, s.A == ex.alignment_tokens,
+        s.bpc == ex.blocks_per_chunk, z3.Not(s.eagle), s.rmode == R_NONE, s.P == ex.prompt,
+        s.prompt_only, z3.Not(s.has_max), ctx.budget == ex.budget,
     ]
 
 
@@ -43,12 +44,10 @@ def scheduler_cut(ctx, sts, trs) -> list:
 
 def readable_bounds(ctx) -> list:
     """Small numbers for readable scenarios (counterexample search only; a
-    counterexample within bounds is a counterexample)."""
+    counterexample within bounds is a counterexample): ``config.READABLE_BOUNDS``."""
     s = ctx.s
-    return [
-        s.B <= 16, s.W <= 64, s.bpc <= 4, s.psA <= 16, s.Rc <= 4, s.P <= 512,
-        s.max_off <= 512, ctx.budget <= 512,
-    ]
+    return [getattr(s, f) <= v for f, v in READABLE_BOUNDS.items()] + [
+        ctx.budget <= READABLE_BUDGET]
 
 
 def _v(m, x) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvreach.proofs.scenarios import ISSUE_9, PR_54362
 from kvreach.spec.config import R_NONE, R_POS, R_ZERO
 
 
@@ -66,13 +67,18 @@ class Geometry:
                 z3.Not(lk.has_max_load)]
 
 
+_PR, _I9 = PR_54362, ISSUE_9
+_EX, _EX9 = (_PR.prompt, _PR.budget), (_I9.prompt, _I9.budget)
+_PR_GROUP = (_PR.full_block_size, _PR.swa_block_size, _PR.window)
 GEOMETRIES: tuple[Geometry, ...] = (
-    Geometry("issue-9 measurement", 36, 4, 17, example=(1188, 1000)),
-    Geometry("PR #54362 example", 36, 4, 16, example=(1200, 1000)),
-    Geometry("PR example, extra_retained_tokens 5", 36, 4, 16, extra=5, example=(1188, 1000)),
-    Geometry("PR example, EAGLE group", 36, 4, 16, eagle=True, example=(1200, 1000)),
-    Geometry("PR example, retention interval 72", 36, 4, 16, retention=72, example=(1188, 1000)),
-    Geometry("PR example, retention interval 0", 36, 4, 16, retention=0, example=(1188, 1000)),
+    Geometry("issue-9 measurement", _I9.full_block_size, _I9.swa_block_size, _I9.window,
+             example=_EX9),
+    Geometry("PR #54362 example", _PR.full_block_size, _PR.swa_block_size, _PR.window,
+             example=_EX),
+    Geometry("PR example, extra_retained_tokens 5", *_PR_GROUP, extra=5, example=_EX9),
+    Geometry("PR example, EAGLE group", *_PR_GROUP, eagle=True, example=_EX),
+    Geometry("PR example, retention interval 72", *_PR_GROUP, retention=72, example=_EX9),
+    Geometry("PR example, retention interval 0", *_PR_GROUP, retention=0, example=_EX9),
     Geometry("blocks_per_chunk 2, W - 1 a multiple of the chunk", 16, 8, 17, bpc=2),
     Geometry("SWA only", None, 4, 16),
     Geometry("block 16, window 128", 16, 16, 128, example=(4096, 2048)),

@@ -275,7 +275,7 @@ def _hit_bmc(ctx, sts, trs):
     return _hit_step(ctx, sts[-2], trs[-1], sts[-1])
 
 
-NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)
+from kvreach.proofs.config import NO_WASTE_MAX_TOKENS, SCAN_BOUND_KEYS  # noqa: E402
 
 
 def _no_waste(ctx: Ctx):
@@ -333,9 +333,6 @@ def _geometries():
     from kvreach.proofs.geometries import GEOMETRIES
 
     return GEOMETRIES
-
-
-SCAN_BOUND_KEYS = 12
 
 
 def _lookup_scan(ctx: Ctx):

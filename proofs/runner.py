@@ -13,7 +13,6 @@ mutant (must be rejected).
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import os
 import time
@@ -30,30 +29,15 @@ from kvreach.proofs.mutants import MUTANTS, PLANTS
 from kvreach.proofs.obligations import (
     OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lifecycle_step_query,
 )
-from kvreach.spec.config import R_NONE, R_ZERO, SymConfig
-from kvreach.spec.lifecycle import K_FINISH
+from kvreach.spec.config import SymConfig
 
-# Budgets in Z3 resource units (``rlimit``), never seconds: a check's
-# verdict and the resources it spends depend on the query and the Z3 version
-# only, not on machine load (docs/spec.md, Solver). Z3 4.15.4 spends roughly
-# 5-15 million units per second here. Calibrated on the full run: the
-# largest check with an answer outside a split used 11.3 M (CHECK_RL), no
-# leaf was reached, the largest row 39 M (ROW_RL): every margin is > 2x.
-CHECK_RL = 60_000_000  # one check outside a case split: BMC, mutants
-ROOT_RL = 2_000_000  # the short try of a whole query before splitting it
-NODE_RL = 3_000_000  # an inner node of the case split (exhausted: split further)
-LEAF_RL = 60_000_000  # a leaf (no split left)
-CASES_RL = 200_000_000  # one query's whole case split
-VACUITY_RL = 100_000_000  # the premises' case split (non-vacuity)
-ROW_RL = 200_000_000  # all of a row's checks but its mutant's (those: as much again)
-BMC_DEPTHS = (1, 2, 3)
-SCOPE_SYMBOLIC = (
-    "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 2, "
-    "blocks_per_chunk >= 1, alignment (none or A = psA*B), retention (None, 0, "
-    "R = k*chunk), eagle, prompt_tokens >= 1, max_offload_tokens, "
-    "offload_prompt_only, budget >= 1, step sizes, chunk index; excluded: alignment_tokens % B != 0 "
-    "(vLLM's dense fallback), window 1, null blocks, prepare_store refusals, preemption"
+# The budgets, bounds, scope, splits and scheduling hints: proofs/config.py.
+from kvreach.proofs.config import (  # noqa: E402  (names the tests patch here)
+    BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL,
+    SCOPE_SYMBOLIC, SLOW, VACUITY_RL,
 )
+from kvreach.proofs.config import cube as _cube  # noqa: E402
+from kvreach.proofs.config import splits as _splits  # noqa: E402
 
 
 class ProofRunError(RuntimeError):
@@ -100,7 +84,7 @@ class Row:
 
 def expected_rows() -> list[dict]:
     """The rows of ``proofs/expected.toml`` as written."""
-    text = resources.files("kvreach.proofs").joinpath("expected.toml").read_text()
+    text = resources.files("kvreach.proofs").joinpath(EXPECTED).read_text()
     return tomllib.loads(text)["row"]
 
 
@@ -192,35 +176,6 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
     return r, m
 
 
-def _cube(ctx: Ctx, lifecycle: bool) -> list[list]:
-    """The case split made up front when the whole query is not decided
-    quickly: every combination of the step kind (finish or not; lifecycle
-    queries only), EAGLE or not, and the retention mode (None / 0 / > 0).
-    Each dimension's cases are exhaustive and disjoint whatever the other
-    constraints say, so the leaves partition the query."""
-    s = ctx.s
-    dims = [
-        [s.eagle, z3.Not(s.eagle)],
-        [s.rmode == R_NONE, s.rmode == R_ZERO, z3.And(s.rmode != R_NONE, s.rmode != R_ZERO)],
-    ]
-    if lifecycle:
-        kind = z3.Int("kind_t")
-        dims.insert(0, [kind == K_FINISH, kind != K_FINISH])
-    return [list(case) for case in itertools.product(*dims)]
-
-
-def _splits(ctx: Ctx, lifecycle: bool) -> list:
-    """Further case splits tried, in order, inside a cube leaf when Z3
-    answers ``unknown`` on it: the nonlinear integer queries are decided far
-    more often per case. A split only partitions the query; every leaf must
-    be unsat for a proof."""
-    s = ctx.s
-    out = [s.has_align, s.dense, s.prompt_only, ctx.L % s.seg == 0]
-    if lifecycle:
-        out.append(ctx.c < z3.Int("cursor_pre"))
-    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0]
-
-
 def _solve_split(assertions: list, splits: list, meter: Meter):
     """-> (z3.sat|z3.unsat|z3.unknown, model). Depth-first case splitting:
     a short try at each inner node (``NODE_RL``: a split is cheaper than
@@ -256,9 +211,6 @@ def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
     return verdict, None
 
 
-# Rough seconds per row on this machine, for scheduling only (never a verdict).
-SLOW = {"completeness": 25, "lookup-scan-closed-form": 5, "load-witness": 20, "chunk-mask-closed-form": 17,
-        "mask-equivalence": 8, "soundness": 6}
 
 
 def _decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter):

@@ -11,16 +11,21 @@ from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.impl.rules import (
     block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_window,
 )
+from kvreach.proofs.scenarios import PR_54362
 from kvreach.params import (
     GroupConfig, ParamError, RequestConfig, check_load_model, check_rule,
 )
 
-# PR #54362: full-attention block 36 (alignment 36), SWA block 4, window 16,
-# one block per chunk, a 1200-token prompt, a 1000-token budget.
-PR = GroupConfig(block_size=4, window=16, alignment_tokens=36)
-PR_EAGLE = GroupConfig(block_size=4, window=16, alignment_tokens=36, eagle=True)
-PR_REQ = RequestConfig(prompt_tokens=1200)
-PR_LC = Lifecycle(budget=1000)
+# PR #54362 (proofs/scenarios.py): full-attention block 36 (alignment 36),
+# SWA block 4, window 16, one block per chunk, a 1200-token prompt, a
+# 1000-token budget.
+_EX = PR_54362
+PR = GroupConfig(block_size=_EX.swa_block_size, window=_EX.window,
+                 alignment_tokens=_EX.alignment_tokens)
+PR_EAGLE = GroupConfig(block_size=_EX.swa_block_size, window=_EX.window,
+                       alignment_tokens=_EX.alignment_tokens, eagle=True)
+PR_REQ = RequestConfig(prompt_tokens=_EX.prompt)
+PR_LC = Lifecycle(budget=_EX.budget)
 
 
 def _set(mask, start):

@@ -1,0 +1,86 @@
+"""The proof run's configuration, apart from what is proved: the scope, the
+bounds, the solver budgets (Z3 ``rlimit``), the case splits, the BMC depths
+and the scheduling hints. The obligations (``proofs/obligations.py``) say what
+is checked, the runner (``proofs/runner.py``) how; this module says how far
+and how hard. The expected verdicts are data too: ``proofs/expected.toml``
+(:data:`EXPECTED`); the group geometries of the grid obligations:
+``proofs/geometries.py``; the worked examples: ``proofs/scenarios.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import z3
+
+from kvreach.spec.config import R_NONE, R_ZERO
+from kvreach.spec.lifecycle import K_FINISH
+
+EXPECTED = "expected.toml"  # the expected-verdict table, in the kvreach.proofs package
+
+# Budgets in Z3 resource units (``rlimit``), never seconds: a check's
+# verdict and the resources it spends depend on the query and the Z3 version
+# only, not on machine load (docs/spec.md, Solver). Z3 4.15.4 spends roughly
+# 5-15 million units per second here. Calibrated on the full run: the
+# largest check with an answer outside a split used 11.3 M (CHECK_RL), no
+# leaf was reached, the largest row 39 M (ROW_RL): every margin is > 2x.
+CHECK_RL = 60_000_000  # one check outside a case split: BMC, mutants
+ROOT_RL = 2_000_000  # the short try of a whole query before splitting it
+NODE_RL = 3_000_000  # an inner node of the case split (exhausted: split further)
+LEAF_RL = 60_000_000  # a leaf (no split left)
+CASES_RL = 200_000_000  # one query's whole case split
+VACUITY_RL = 100_000_000  # the premises' case split (non-vacuity)
+ROW_RL = 200_000_000  # all of a row's checks but its mutant's (those: as much again)
+BMC_DEPTHS = (1, 2, 3)
+
+# The scope of a symbolic row (a static obligation may state its own).
+SCOPE_SYMBOLIC = (
+    "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 2, "
+    "blocks_per_chunk >= 1, alignment (none or A = psA*B), retention (None, 0, "
+    "R = k*chunk), eagle, prompt_tokens >= 1, max_offload_tokens, "
+    "offload_prompt_only, budget >= 1, step sizes, chunk index; excluded: alignment_tokens % B != 0 "
+    "(vLLM's dense fallback), window 1, null blocks, prepare_store refusals, preemption"
+)
+
+# Bounds of the bounded obligations.
+NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)
+SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
+
+# Small numbers for readable counterexamples (the search only; a
+# counterexample within them is a counterexample): SymConfig field -> max,
+# and the budget's.
+READABLE_BOUNDS = dict(B=16, W=64, bpc=4, psA=16, Rc=4, P=512, max_off=512)
+READABLE_BUDGET = 512
+
+# Rough seconds per row on this machine, for scheduling only (never a verdict).
+SLOW = {"completeness": 25, "lookup-scan-closed-form": 5, "load-witness": 20, "chunk-mask-closed-form": 17,
+        "mask-equivalence": 8, "soundness": 6}
+
+
+def cube(ctx, lifecycle: bool) -> list[list]:
+    """The case split made up front when the whole query is not decided
+    quickly: every combination of the step kind (finish or not; lifecycle
+    queries only), EAGLE or not, and the retention mode (None / 0 / > 0).
+    Each dimension's cases are exhaustive and disjoint whatever the other
+    constraints say, so the leaves partition the query."""
+    s = ctx.s
+    dims = [
+        [s.eagle, z3.Not(s.eagle)],
+        [s.rmode == R_NONE, s.rmode == R_ZERO, z3.And(s.rmode != R_NONE, s.rmode != R_ZERO)],
+    ]
+    if lifecycle:
+        kind = z3.Int("kind_t")
+        dims.insert(0, [kind == K_FINISH, kind != K_FINISH])
+    return [list(case) for case in itertools.product(*dims)]
+
+
+def splits(ctx, lifecycle: bool) -> list:
+    """Further case splits tried, in order, inside a cube leaf when Z3
+    answers ``unknown`` on it: the nonlinear integer queries are decided far
+    more often per case. A split only partitions the query; every leaf must
+    be unsat for a proof."""
+    s = ctx.s
+    out = [s.has_align, s.dense, s.prompt_only, ctx.L % s.seg == 0]
+    if lifecycle:
+        out.append(ctx.c < z3.Int("cursor_pre"))
+    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0]
