@@ -300,7 +300,7 @@ def _no_waste(ctx: Ctx):
                          z3.Implies(s.prompt_only, off <= s.P), kept(c)]
     fails = []
     for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
-        lk = LookupSym.fresh(f"witness{i}_")
+        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant)
         shared = _min(T, off)
         prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
                  z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
