@@ -293,7 +293,7 @@ def bounded_keys(full_hit: Pred, swa_hit: Pred, bound: int, prefix: str = "lk") 
         full_end=lambda a, b: prefix_end(full_hit, a, b, bound, prefix + "_full"),
         swa_scan=lambda start, n, w, w0: scan_end(
             lambda i: z3.Not(swa_hit(start + i)), lambda i: z3.BoolVal(False),
-            lambda i: z3.BoolVal(False), n, w, w0, bound, prefix + "_swa"),
+            lambda i: z3.BoolVal(False), n, w, w0, bound, prefix=prefix + "_swa"),
         scope=lambda a, b, n: z3.And(n <= bound, _max(0, b - a) <= bound),
     )
 
