@@ -182,3 +182,28 @@ def test_read_window_run_lengths():
     with pytest.raises(ParamError) as e:
         LookupGroup(4, window_tokens=17, lookup_variant="nope")
     assert e.value.param == "lookup_variant"
+
+
+# --- worlds (b) and (c) (docs/lookup.md, Worlds) -------------------------------
+
+
+def test_eviction_world_equal_hit_is_refuted():
+    """World (c): evicting the same keys from the rule's stores and from
+    dense ones does not leave equal hits. PR #54362's geometry (window 16,
+    where the rule is hit-preserving in world (a)), the repeated 1188-token
+    prompt: with SWA chunk 296 evicted the dense scan falls back to the run
+    292-295 ending at the break (hit 1184), which the rule never stored (its
+    next run ends at the boundary 1152). What holds is monotonicity
+    (obligation lookup-monotone): eviction never lengthens a hit."""
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.params import GroupConfig, RequestConfig
+
+    tr = run("vllm-0.33", GroupConfig(4, 16, 36), RequestConfig(1188), Lifecycle(budget=1000))
+    groups = (LookupGroup(36), LookupGroup(4, window_tokens=16))
+
+    def hit(swa):
+        return lookup(groups, LaterRequest(1188), StoreContent.of_chunks([range(33), sorted(swa)])).hit_tokens
+
+    evicted = {296}
+    assert hit(tr.stored) == hit(range(297)) == 1187
+    assert (hit(set(tr.stored) - evicted), hit(set(range(297)) - evicted)) == (1152, 1184)
