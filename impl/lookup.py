@@ -43,6 +43,13 @@ from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the defaul
 from kvreach.params import ParamError, cdiv
 
 
+# The lookup variants: ``get_sliding_window_size_in_chunks`` as vLLM 0.33.0
+# has it, and the load-side change docs/findings.md F7 proposes (the run is
+# the chunks the load reads, ``ceil((W - 1 + extra) / C)``, not also
+# ``ceil(W / C)``). Everything else of the lookup is the same in both.
+LOOKUP_VARIANTS = ("vllm-0.33", "read-window")
+
+
 class Answer(enum.Enum):
     """``vllm.v1.kv_offload.base.LookupResult``: the manager's answer for a key."""
 
@@ -66,6 +73,9 @@ class LookupGroup:
     window_tokens: ``SlidingWindowSpec.sliding_window``; None for full attention.
     extra_retained_tokens: ``SlidingWindowSpec.extra_retained_tokens``.
     eagle: ``is_eagle_group`` (EAGLE/MTP draft layers).
+    lookup_variant: which ``get_sliding_window_size_in_chunks`` the lookup
+        runs (:data:`LOOKUP_VARIANTS`): ``"vllm-0.33"`` (vLLM's) or
+        ``"read-window"`` (docs/findings.md F7: the chunks the load reads).
     """
 
     block_tokens: int
@@ -73,6 +83,7 @@ class LookupGroup:
     window_tokens: int | None = None
     extra_retained_tokens: int = 0
     eagle: bool = False
+    lookup_variant: str = "vllm-0.33"
 
     def __post_init__(self) -> None:
         _need_int("block_tokens", self.block_tokens, 1)
@@ -83,6 +94,9 @@ class LookupGroup:
         if self.window_tokens is None and self.extra_retained_tokens:
             raise ParamError("extra_retained_tokens", self.extra_retained_tokens,
                              "0 for a full-attention group (a SlidingWindowSpec field)")
+        if self.lookup_variant not in LOOKUP_VARIANTS:
+            raise ParamError("lookup_variant", self.lookup_variant,
+                             "one of " + ", ".join(LOOKUP_VARIANTS))
 
     @property
     def is_swa(self) -> bool:
@@ -96,12 +110,17 @@ class LookupGroup:
     @property
     def window_chunks(self) -> int | None:
         """``get_sliding_window_size_in_chunks``: ``max(ceil(W / C),
-        ceil((W - 1 + extra_retained_tokens) / C))``; None for full attention."""
+        ceil((W - 1 + extra_retained_tokens) / C))``; None for full attention.
+        Variant ``"read-window"``: ``max(1, ceil((W - 1 + extra) / C))``, the
+        chunks the load reads before a chunk-aligned hit (at least one: the
+        scan needs a run of one)."""
         if self.window_tokens is None:
             return None
         C = self.chunk_tokens
-        return max(cdiv(self.window_tokens, C),
-                   cdiv(self.window_tokens - 1 + self.extra_retained_tokens, C))
+        reads = cdiv(self.window_tokens - 1 + self.extra_retained_tokens, C)
+        if self.lookup_variant == "read-window":
+            return max(1, reads)
+        return max(cdiv(self.window_tokens, C), reads)
 
     def load_window_chunks(self, candidate_end_tokens: int) -> int | None:
         """``GroupOffloadConfig.load_window_size_in_chunks``: one chunk wider

@@ -63,7 +63,8 @@ def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
         LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)
     return full + (LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
                                extra_retained_tokens=lg["extra_retained_tokens"],
-                               eagle=g.eagle),)
+                               eagle=g.eagle,
+                               lookup_variant=lg.get("lookup_variant", "vllm-0.33")),)
 
 
 def later_lookup_of(trace: Trace, cex: dict):
@@ -79,10 +80,12 @@ def later_lookup_of(trace: Trace, cex: dict):
 
 def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None) -> list[int]:
     """Chunks witnessing ``obligation``'s violation in a concrete trace."""
-    if obligation == "no-waste":
+    if obligation.startswith("no-waste"):  # and its lookup variant's row
         return unloaded_kept_chunk(cex)
+    if trace is None:  # a static obligation with no store trace (lookup-monotone)
+        return []
     stored = list(trace.stored)
-    if obligation == "hit-preservation":
+    if obligation.startswith("hit-preservation"):  # and the lookup variant's rows
         r = later_lookup_of(trace, cex)
         cex["later_lookup"] = {"hit_tokens": r.rule.hit_tokens,
                                "dense_hit_tokens": r.dense.hit_tokens,
@@ -137,6 +140,8 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
         out["lookup_groups"] = {
             "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
             "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}
+        if lk.variant != "vllm-0.33":
+            out["lookup_groups"]["lookup_variant"] = lk.variant
         out["later_request"] = {
             "num_tokens": _v(m, lk.num_tokens), "shared_tokens": _v(m, ctx.shared),
             "local_hit_tokens": _v(m, lk.local_hit_tokens),
@@ -185,6 +190,8 @@ def decode_static(m, ctx) -> dict:
                  "lookup_groups": {
                      "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
                      "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
+        if lk.variant != "vllm-0.33":
+            extra["lookup_groups"]["lookup_variant"] = lk.variant
     else:
         extra = {}
     return extra | {

@@ -135,3 +135,27 @@ PLANTS = {
     "witness-early": {"witness_early": 1},  # spec.load.wanted
     "tail-off-by-one": {"tail_off_by_one": True},  # spec.mask.chunk_reachable
 }
+
+
+# --- issue 10's obligations (appended) ----------------------------------------
+
+
+def initial_run_two_wider():
+    """``spec.lookup.lookup`` whose initial run is two chunks wider than
+    ``load_window_size_in_chunks`` (``widen_initial_by=2``): a right end that
+    becomes a hit then asks for a run reaching past the break below it, so
+    storing one more key can lose the hit. vLLM's initial run is at most one
+    chunk wider than the later runs (the right padding is at most one token
+    here), which is what the obligation ``lookup-monotone`` rests on."""
+
+
+MUTANTS.update({
+    "hit-preservation-read-window": (
+        "lookup-window-one-chunk-short", lookup_window_short_store, None),
+    "hit-preservation-read-window-aligned": (
+        "lookup-window-one-chunk-short", lookup_window_short_store, None),
+    "no-waste-read-window": ("keeps-every-chunk", None, "keeps-every-chunk"),
+    "lookup-monotone": ("initial-run-two-wider", None, "initial-run-two-wider"),
+})
+VARIANTS["initial-run-two-wider"] = initial_run_two_wider
+PLANTS["initial-run-two-wider"] = {"widen_initial_by": 2}  # spec.lookup.lookup

@@ -297,7 +297,7 @@ def _no_waste(ctx: Ctx):
                          z3.Implies(s.prompt_only, off <= s.P), kept(c)]
     fails = []
     for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
-        lk = LookupSym.fresh(f"witness{i}_")
+        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant)
         shared = _min(T, off)
         prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
                  z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
@@ -504,3 +504,152 @@ def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
             prem.append(z3.Or(t.kind == K_FINISH, t.kind == K_ABORT))
     viol = ob.bmc_violation(ctx, sts, trs) if ob.bmc_violation else z3.BoolVal(False)
     return Query(prem, viol), sts, trs
+
+
+# --- issue 10: the load-side variant, and worlds (b) / (c) ------------------
+# Appended as a block (OBLIGATIONS.update below) so the rows above keep their
+# order. The lookup variant is ``spec.lookup.LOOKUP_VARIANTS``' "read-window"
+# (docs/findings.md F7): set on the obligation's later request(s) before the
+# queries are built, so the decoded counterexample (``decode``) records it and
+# replays through the twin with the same variant.
+
+READ_WINDOW = "read-window"
+
+
+def _read_window(ctx: Ctx) -> None:
+    ctx.lk.variant = READ_WINDOW
+
+
+def _hit_step_read_window(ctx: Ctx, pre, tr, post):
+    """``hit-preservation`` with the later request looking up under the
+    variant (the dense reference too)."""
+    _read_window(ctx)
+    return _hit_step(ctx, pre, tr, post)
+
+
+def _hit_bmc_read_window(ctx, sts, trs):
+    return _hit_step_read_window(ctx, sts[-2], trs[-1], sts[-1])
+
+
+def _hit_step_read_window_aligned(ctx: Ctx, pre, tr, post):
+    """As ``hit-preservation-read-window``, for the later requests whose dense
+    hit ends on an SWA chunk boundary (``load_window_size_in_chunks`` adds no
+    right padding): not a repeated prompt of a whole number of alignments,
+    whose hit ends at ``num_tokens - 1``."""
+    _read_window(ctx)
+    t = dense_lookup(ctx, tr.off)
+    end = ctx.lk.local_hit_tokens + t.hit_tokens
+    return z3.And(
+        tr.finished, later_request(ctx, post.f), t.hit_tokens > 0, promised(ctx, t),
+        end % ctx.lk.C == 0,
+        t.swa_verified[0] <= ctx.c, ctx.c < t.swa_verified[1], z3.Not(post.stored),
+    )
+
+
+def _hit_bmc_read_window_aligned(ctx, sts, trs):
+    return _hit_step_read_window_aligned(ctx, sts[-2], trs[-1], sts[-1])
+
+
+def _no_waste_read_window(ctx: Ctx):
+    """``no-waste`` with the witness later requests looking up under the variant."""
+    _read_window(ctx)
+    return _no_waste(ctx)
+
+
+MONOTONE_BOUND_CHUNKS = 10  # lookup-monotone: later requests of at most this many SWA chunks
+
+
+def _lookup_monotone(ctx: Ctx):
+    """More keys stored never shortens the hit: for any HIT sets ``S`` and
+    ``S + X`` of both groups (uninterpreted, so every subset pair), the hit
+    against ``S + X`` is at least the hit against ``S``; for vLLM 0.33.0's
+    lookup and for the variant, each with the store configuration's groups
+    (``link``, the geometry's pins)."""
+    from kvreach.spec.lookup import LookupSym, bounded_keys, link, lookup
+
+    K = MONOTONE_BOUND_CHUNKS
+    widen = ctx.mutant.get("widen_initial_by", 0)
+    I, Bo = z3.IntSort(), z3.BoolSort()
+    full, swa = z3.Function("mono_full_hit", I, Bo), z3.Function("mono_swa_hit", I, Bo)
+    full_x, swa_x = z3.Function("mono_full_added", I, Bo), z3.Function("mono_swa_added", I, Bo)
+    out = []
+    for variant in ("vllm-0.33", READ_WINDOW):
+        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant)
+        same = [] if lk is ctx.lk else [
+            getattr(lk, f) == getattr(ctx.lk, f) for f in (
+                "full_block_tokens", "B", "bpc", "W", "extra", "num_tokens",
+                "local_hit_tokens", "max_load_tokens", "has_full", "eagle", "has_max_load")]
+        less = lookup(lk, bounded_keys(full, swa, K, f"mono_{variant}_less"), widen)
+        more = lookup(lk, bounded_keys(lambda c: z3.Or(full(c), full_x(c)),
+                                       lambda c: z3.Or(swa(c), swa_x(c)), K,
+                                       f"mono_{variant}_more"), widen)
+        prem = ctx.base() + same + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
+                                    less.scope, more.scope] + less.side + more.side
+        out.append(Query(prem, more.hit_tokens < less.hit_tokens))
+    return out  # one query per variant (one query for both is slower in Z3)
+
+
+def _geometries_of_the_lookup():
+    """The grid's geometries that differ for the lookup (it does not see the
+    retention interval: those geometries are the PR example's for it)."""
+    return tuple(g for g in _geometries() if g.retention is None)
+
+
+def _geometries_no_eagle_no_retention():
+    return tuple(g for g in _geometries() if not g.eagle and g.retention is None)
+
+
+OBLIGATIONS.update({
+    o.name: o
+    for o in [
+        Obligation(
+            "hit-preservation-read-window",
+            "hit-preservation (single-request world) with the lookup variant "
+            "'read-window': get_sliding_window_size_in_chunks returns "
+            "max(1, ceil((W - 1 + extra_retained_tokens) / C)), the chunks the load "
+            "reads (docs/findings.md F7), for the later request and the dense reference.",
+            "lifecycle", step_violation=_hit_step_read_window,
+            bmc_violation=_hit_bmc_read_window, model_specific=False, grid=_geometries(),
+            rules=("vllm-0.33", "lookup-window"),
+        ),
+        Obligation(
+            "hit-preservation-read-window-aligned",
+            "hit-preservation-read-window for the later requests whose dense hit "
+            "ends on an SWA chunk boundary (no right padding widens the first run: "
+            "every later request but one of a whole number of alignments sharing all "
+            "of it), in the geometries without EAGLE or a retention interval.",
+            "lifecycle", step_violation=_hit_step_read_window_aligned,
+            bmc_violation=_hit_bmc_read_window_aligned, model_specific=False,
+            grid=_geometries_no_eagle_no_retention(), rules=("vllm-0.33",),
+        ),
+        Obligation(
+            "no-waste-read-window",
+            "no-waste (single-request world) with the witness later requests looking "
+            "up under the lookup variant 'read-window'.",
+            "static", queries=_no_waste_read_window, model_specific=False,
+            grid=_geometries(), rules=("vllm-0.33", "lookup-window"),
+            scope=("geometry fixed to each of the grid (proofs/geometries.py); prompt, "
+                   "max_offload_tokens, offload_prompt_only and the chunk symbolic, the final "
+                   "horizon symbolic up to 4096 offloadable tokens; the rule's keep decision "
+                   "at the final horizon (one-shot); four witness later requests per chunk, "
+                   "looking up under 'read-window' (a proof is for those witnesses; a "
+                   "counterexample is confirmed against every later request sharing a prefix)"),
+            split=False,
+        ),
+        Obligation(
+            "lookup-monotone",
+            "The offload lookup is monotone in the store content: with more keys "
+            "stored (any superset, both groups) no later request's hit is shorter; "
+            "for vLLM 0.33.0's lookup and the variant 'read-window'.",
+            "static", queries=_lookup_monotone, rule_specific=False, model_specific=False,
+            grid=_geometries_of_the_lookup(),
+            scope=(f"bounded: later requests of at most {MONOTONE_BOUND_CHUNKS} SWA chunks "
+                   "(any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
+                   "answer per key and every superset of them (uninterpreted); geometry fixed "
+                   "to each of the grid's 8 without a retention interval (proofs/geometries.py; "
+                   "the lookup does not see the interval); both lookup variants; one pass "
+                   "of _lookup_complete_chunks (one full-attention, one SWA group)"),
+            split=False,
+        ),
+    ]
+})

@@ -255,16 +255,17 @@ def chunk_set(chunks: Iterable[int]) -> z3.ArrayRef:
 def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, blocks_per_chunk: int,
                   window: int, extra_retained_tokens: int, eagle: bool, num_tokens: int,
                   local_hit_tokens: int, max_load_tokens: int | None,
-                  full_chunks: Iterable[int], swa_chunks: Iterable[int]) -> dict:
+                  full_chunks: Iterable[int], swa_chunks: Iterable[int],
+                  lookup_variant: str = "vllm-0.33") -> dict:
     """``spec.lookup.lookup`` pinned to one configuration, one later request
     and one store content (the chunks of each group the manager answers HIT
     for: sets, or two counts for "exactly the chunks below"):
     ``hit_tokens``, ``swa_loaded``, ``full_loaded`` and ``swa_verified``
     (chunk ranges). With sets the bound is the later request's key count, so
-    every range fits it."""
+    every range fits it. ``lookup_variant``: ``spec.lookup.LOOKUP_VARIANTS``."""
     from kvreach.spec import lookup as lk
 
-    s = lk.LookupSym.fresh("evl_")
+    s = lk.LookupSym.fresh("evl_", lookup_variant)
     pins = z3.And(
         s.well_formed(), s.has_full == (full_block_tokens is not None),
         s.full_block_tokens == (full_block_tokens or 1), s.B == swa_block_tokens,

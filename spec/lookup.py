@@ -59,16 +59,28 @@ def forall_in(lo, hi, pred: Pred, bound: int) -> z3.BoolRef:
 # ---------------------------------------------------------------------------
 
 
-def window_chunks(W, extra, C):
+# The lookup variants (``kvreach.impl.lookup.LOOKUP_VARIANTS``, the same
+# names): vLLM 0.33.0's ``get_sliding_window_size_in_chunks``, and
+# "read-window", the load-side change docs/findings.md F7 proposes.
+LOOKUP_VARIANTS = ("vllm-0.33", "read-window")
+
+
+def window_chunks(W, extra, C, variant: str = "vllm-0.33"):
     """``get_sliding_window_size_in_chunks``: ``max(ceil(W / C), ceil((W - 1 +
-    extra_retained_tokens) / C))``."""
+    extra_retained_tokens) / C))``. ``variant="read-window"``: ``max(1,
+    ceil((W - 1 + extra) / C))``, the chunks the load reads before a
+    chunk-aligned hit."""
+    assert variant in LOOKUP_VARIANTS, variant
+    if variant == "read-window":
+        return _max(1, cdiv(W - 1 + extra, C))
     return _max(cdiv(W, C), cdiv(W - 1 + extra, C))
 
 
-def load_window_chunks(W, extra, C, candidate_end_tokens):
+def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-0.33"):
     """``GroupOffloadConfig.load_window_size_in_chunks``: widened by the right
     padding ``-candidate_end % C`` of a candidate end that is not chunk-aligned."""
-    return _max(window_chunks(W, extra, C), cdiv(W - 1 + extra + (-candidate_end_tokens) % C, C))
+    return _max(window_chunks(W, extra, C, variant),
+                cdiv(W - 1 + extra + (-candidate_end_tokens) % C, C))
 
 
 # ---------------------------------------------------------------------------
@@ -200,7 +212,8 @@ class LookupSym:
     bpc: ``blocks_per_chunk`` (one value for every group, as in vLLM);
     W, extra: ``sliding_window``, ``extra_retained_tokens``; eagle: the SWA
     group is an EAGLE/MTP draft group;
-    num_tokens, local_hit_tokens, has_max_load / max_load_tokens: the later request.
+    num_tokens, local_hit_tokens, has_max_load / max_load_tokens: the later request;
+    variant: the lookup variant (:data:`LOOKUP_VARIANTS`, not symbolic).
     """
 
     has_full: z3.BoolRef
@@ -214,9 +227,10 @@ class LookupSym:
     local_hit_tokens: z3.ArithRef
     has_max_load: z3.BoolRef
     max_load_tokens: z3.ArithRef
+    variant: str = "vllm-0.33"
 
     @staticmethod
-    def fresh(prefix: str = "lk_") -> "LookupSym":
+    def fresh(prefix: str = "lk_", variant: str = "vllm-0.33") -> "LookupSym":
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
         return LookupSym(
@@ -225,6 +239,7 @@ class LookupSym:
             extra=I("extra_retained_tokens"), eagle=Bo("eagle"),
             num_tokens=I("num_tokens"), local_hit_tokens=I("local_hit_tokens"),
             has_max_load=Bo("has_max_load"), max_load_tokens=I("max_load_tokens"),
+            variant=variant,
         )
 
     @property
@@ -280,7 +295,7 @@ def bounded_keys(full_hit: Pred, swa_hit: Pred, bound: int, prefix: str = "lk") 
         full_end=lambda a, b: prefix_end(full_hit, a, b, bound, prefix + "_full"),
         swa_scan=lambda start, n, w, w0: scan_end(
             lambda i: z3.Not(swa_hit(start + i)), lambda i: z3.BoolVal(False),
-            lambda i: z3.BoolVal(False), n, w, w0, bound, prefix + "_swa"),
+            lambda i: z3.BoolVal(False), n, w, w0, bound, prefix=prefix + "_swa"),
         scope=lambda a, b, n: z3.And(n <= bound, _max(0, b - a) <= bound),
     )
 
@@ -297,10 +312,11 @@ def prefix_keys(full_chunks, swa_chunks) -> Keys:
     )
 
 
-def lookup(s: LookupSym, keys: Keys) -> LookupTerms:
+def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
     """``_lookup_complete_chunks`` (one pass) and the loaded chunk ranges
     against the manager's answers ``keys`` (:func:`bounded_keys`,
-    :func:`prefix_keys`)."""
+    :func:`prefix_keys`). ``widen_initial_by`` > 0 is the mutant of the
+    obligation ``lookup-monotone`` (an initial run that many chunks wider)."""
     local, T, C, Cf = s.local_hit_tokens, s.num_tokens, s.C, s.C_full
     m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T)
     m = m - 1  # an SWA group exists: the last prompt token is recomputed
@@ -320,8 +336,9 @@ def lookup(s: LookupSym, keys: Keys) -> LookupTerms:
     query_max = z3.If(s.eagle, _min(m3 + C, n_keys * C), m3)
     num_chunks = _min(cdiv(query_max, C), n_keys)
     start = local / C
-    w = window_chunks(s.W, s.extra, C) + s.e
-    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.e) * C)) + s.e
+    w = window_chunks(s.W, s.extra, C, s.variant) + s.e
+    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.e) * C), s.variant) + s.e
+    w0 = w0 + widen_initial_by
     n = _max(0, num_chunks - start)
     scan = keys.swa_scan(start, n, w, w0)
     m4 = _min(m3, C * (start + scan.end - s.e))

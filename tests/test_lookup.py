@@ -71,18 +71,21 @@ def lookup_cases(draw):
     return full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa
 
 
-def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg):
+def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg, variant="vllm-0.33"):
     """The twin on the chunk sets, the spec (``lookup_values``) on its
-    arguments (sets, or counts for "exactly the chunks below")."""
+    arguments (sets, or counts for "exactly the chunks below"); ``variant``:
+    the lookup variant of both."""
     full_block, B, bpc, W, extra, eagle, T, local, max_load, _, _ = case
     groups = ([LookupGroup(full_block, bpc)] if full_block else []) + [
-        LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle)]
+        LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle,
+                    lookup_variant=variant)]
     content = StoreContent.of_chunks(([full_set] if full_block else []) + [swa_set])
     twin = lookup(groups, LaterRequest(T, local, max_load), content)
     spec = lookup_values(
         full_block_tokens=full_block, swa_block_tokens=B, blocks_per_chunk=bpc, window=W,
         extra_retained_tokens=extra, eagle=eagle, num_tokens=T, local_hit_tokens=local,
-        max_load_tokens=max_load, full_chunks=full_arg, swa_chunks=swa_arg)
+        max_load_tokens=max_load, full_chunks=full_arg, swa_chunks=swa_arg,
+        lookup_variant=variant)
     return twin, spec
 
 
@@ -149,3 +152,58 @@ def test_prefix_content_closed_form_equals_twin(case, cut):
     r = twin.loaded[-1]
     assert (spec["swa_loaded"] if len(r) else (0, 0)) == ((r.start, r.stop) if len(r) else (0, 0))
     event("hit" if twin.hit_tokens else "no hit")
+
+
+# --- the lookup variant "read-window" (docs/findings.md F7) -------------------
+
+
+@settings(max_examples=100 * SCALE, **SETTINGS)
+@given(case=lookup_cases())
+def test_spec_equals_twin_read_window(case):
+    """The variant is one parameter of both models, and they agree on it."""
+    full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa = case
+    twin, spec = twin_and_spec(case, sorted(full), sorted(swa), full, swa, "read-window")
+    assert spec["hit_tokens"] == twin.hit_tokens
+    r = twin.loaded[-1]
+    assert (spec["swa_loaded"] if len(r) else (0, 0)) == ((r.start, r.stop) if len(r) else (0, 0))
+    event("hit" if twin.hit_tokens else "no hit")
+
+
+def test_read_window_run_lengths():
+    """The variant's run is the chunks the load reads: window 17, chunk 4: 4
+    (vLLM 0.33.0: 5); window 16: 4 in both; extra 5: 5 in both; window 1: 1."""
+    g = lambda W, extra=0, v="read-window": LookupGroup(  # noqa: E731
+        4, window_tokens=W, extra_retained_tokens=extra, lookup_variant=v)
+    assert (g(17).window_chunks, g(17, v="vllm-0.33").window_chunks) == (4, 5)
+    assert (g(16).window_chunks, g(16, v="vllm-0.33").window_chunks) == (4, 4)
+    assert (g(16, 5).window_chunks, g(16, 5, v="vllm-0.33").window_chunks) == (5, 5)
+    assert g(1).window_chunks == 1
+    assert g(17).load_window_chunks(1187) == 5  # the padding still widens an unaligned end
+    with pytest.raises(ParamError) as e:
+        LookupGroup(4, window_tokens=17, lookup_variant="nope")
+    assert e.value.param == "lookup_variant"
+
+
+# --- worlds (b) and (c) (docs/lookup.md, Worlds) -------------------------------
+
+
+def test_eviction_world_equal_hit_is_refuted():
+    """World (c): evicting the same keys from the rule's stores and from
+    dense ones does not leave equal hits. PR #54362's geometry (window 16,
+    where the rule is hit-preserving in world (a)), the repeated 1188-token
+    prompt: with SWA chunk 296 evicted the dense scan falls back to the run
+    292-295 ending at the break (hit 1184), which the rule never stored (its
+    next run ends at the boundary 1152). What holds is monotonicity
+    (obligation lookup-monotone): eviction never lengthens a hit."""
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.params import GroupConfig, RequestConfig
+
+    tr = run("vllm-0.33", GroupConfig(4, 16, 36), RequestConfig(1188), Lifecycle(budget=1000))
+    groups = (LookupGroup(36), LookupGroup(4, window_tokens=16))
+
+    def hit(swa):
+        return lookup(groups, LaterRequest(1188), StoreContent.of_chunks([range(33), sorted(swa)])).hit_tokens
+
+    evicted = {296}
+    assert hit(tr.stored) == hit(range(297)) == 1187
+    assert (hit(set(tr.stored) - evicted), hit(set(range(297)) - evicted)) == (1152, 1184)

@@ -109,3 +109,79 @@ def test_connector_lookup_window_equals_impl(offline_model_dir, setup, prompt, l
         assert sorted(c for st in k.steps for c in st.window_chunks(gi)) == sorted(tr.stored)
         if not setup.async_scheduling:
             assert [st.window_chunks(gi) for st in k.steps] == [list(s.submitted) for s in tr.steps]
+
+
+# --- the load-side variant "read-window" on vLLM's real scheduler (issue 10) -----------------
+# docs/findings.md F7: vLLM's get_sliding_window_size_in_chunks (offloading/config.py, called by
+# build_offloading_config when the connector is built) patched to the variant, the chunks the
+# load reads, max(1, ceil((W - 1 + extra) / C)). The twin the harness compares each lookup with
+# (lookup_harness.lookup_groups) runs the same variant. Scenarios: earlier request (geometry,
+# prompt, budget, abort after step), later request (tokens, shared with the earlier prompt).
+# The first four are chunk-aligned hits (obligation hit-preservation-read-window-aligned,
+# proved): vLLM 0.33.0's rule then gets the dense hit. The last is a repeated prompt of a whole
+# number of alignments (hit at num_tokens - 1): the variant does not fix it (a counterexample
+# of hit-preservation-read-window): the load reads chunk 292, which the rule did not store.
+
+READ_WINDOW_SCENARIOS = [
+    # (full block, SWA block, window, blocks_per_chunk, prompt, budget, abort, later, shared,
+    #  (stock hit, dense hit), (variant hit, dense hit))
+    (36, 4, 17, 1, 36, 36, None, 37, 36, (0, 36), (36, 36)),
+    (36, 4, 17, 1, 1200, 1000, None, 1200, 1000, (0, 972), (972, 972)),
+    (16, 8, 17, 2, 80, 63, 1, 34, 32, (0, 32), (32, 32)),
+    (16, 8, 17, 2, 32, 32, None, 33, 32, (0, 32), (32, 32)),
+    (36, 4, 17, 1, 1188, 1000, None, 1188, 1188, (0, 1187), (1152, 1187)),
+]
+
+
+def _scenario_cex(fb, B, W, bpc, prompt, budget, abort, later, shared) -> dict:
+    """A decoded-counterexample-shaped dict for ``replay_vllm.replay``."""
+    from kvreach.impl.lifecycle import Lifecycle, run
+    from kvreach.params import GroupConfig, RequestConfig
+
+    g, r = GroupConfig(B, W, fb * bpc, bpc), RequestConfig(prompt)
+    lc = Lifecycle(budget=budget, abort_after_step=abort)
+    trace = run("vllm-0.33", g, r, lc)
+    return {"config": {"group": g.__dict__, "request": r.__dict__},
+            "lifecycle": dict(lc.__dict__),
+            "later_request": {"num_tokens": later, "shared_tokens": shared,
+                              "local_hit_tokens": 0, "max_load_tokens": None},
+            "lookup_groups": {"full_block_tokens": fb, "window": W, "extra_retained_tokens": 0},
+            "trace": trace.to_json("intended")}
+
+
+def _patch_read_window(monkeypatch) -> None:
+    import dataclasses
+
+    import lookup_harness
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import config as offload_config
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    stock = offload_config.get_sliding_window_size_in_chunks
+
+    def read_window(kv_cache_spec, tokens_per_chunk):
+        if isinstance(kv_cache_spec, SlidingWindowSpec):
+            return max(1, cdiv(kv_cache_spec.sliding_window - 1
+                               + kv_cache_spec.extra_retained_tokens, tokens_per_chunk))
+        return stock(kv_cache_spec, tokens_per_chunk)
+
+    monkeypatch.setattr(offload_config, "get_sliding_window_size_in_chunks", read_window)
+    groups = lookup_harness.lookup_groups
+    monkeypatch.setattr(lookup_harness, "lookup_groups", lambda setup: [
+        dataclasses.replace(g, lookup_variant="read-window") if g.is_swa else g
+        for g in groups(setup)])
+
+
+@pytest.mark.parametrize("scenario", READ_WINDOW_SCENARIOS,
+                         ids=[f"W{s[2]}-bpc{s[3]}-P{s[4]}-later{s[7]}" for s in READ_WINDOW_SCENARIOS])
+def test_read_window_lookup_on_vllm(offline_model_dir, monkeypatch, scenario):
+    """Stock vLLM 0.33.0, then the same scenario with the patched lookup:
+    vLLM's hit tokens (rule's stores, dense) are kvreach's in both (the
+    harness checks every lookup against the twin with the same variant)."""
+    *args, stock, variant = scenario
+    cex = _scenario_cex(*args)
+    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
+    assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == stock
+    _patch_read_window(monkeypatch)
+    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
+    assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == variant
