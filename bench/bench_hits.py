@@ -1,16 +1,74 @@
 """How much it matters: per store rule, SWA chunks stored per request, chunks
 never loaded, and later-request hit tokens lost against dense stores, for
-real model windows, in the single-request world (kvreach.impl.worlds).
+real model geometries, in the single-request world (kvreach.impl.worlds).
 
     python bench/bench_hits.py [--plot docs/img/hit-loss.png] [--markdown]
 
-Model shapes (SWA window from each model's published config; vLLM's default
-block size 16 for both groups; offload chunks of 1 and 4 blocks):
-gpt-oss (sliding_window 128, openai/gpt-oss-20b config.json), Gemma 3
-(sliding_window 1024, its 4B/12B/27B configs), Mistral 7B v0.1 and Gemma 2
-(sliding_window 4096); and two synthetic shapes the proofs single out: issue
-9's full block 36 / SWA block 4 / window 17, and window 16 with
-extra_retained_tokens 5 (MTP history).
+A shape is (full-attention block, SWA block, window, extra_retained_tokens,
+blocks_per_chunk, EAGLE group). vLLM's block mask is sparse when
+ceil((W + extra - 1) / swa_block) (+1 for an EAGLE group) < full_block *
+blocks_per_chunk / swa_block (``_contiguous_blocks_for_hit`` against
+``alignment_tokens``), but a chunk is stored when any of its blocks is kept
+(``_build_store_jobs``): with equal full and SWA blocks the alignment is one
+SWA chunk and every chunk is stored, whatever the offload chunk. Fewer
+chunks than dense are stored only when the full-attention block is larger
+than the SWA block and the window is shorter than the full-attention chunk.
+
+Block sizes are what vLLM 0.33.0's grouping gives, checked by calling its own
+functions on the models' layer specs (``unify_kv_cache_spec_page_size`` +
+``_get_kv_cache_groups_uniform_page_size`` in vllm/v1/core/kv_cache_planning.py,
+which scales the block of the layers with the smaller page up to the largest
+page; ``_get_packed_kv_cache_groups`` for DeepSeek V4, whose backends need a
+block-outermost layout and keep each group's own block). A sliding-window
+layer starts from the primary ``--block-size`` when its backend can run it
+(``Attention.get_kv_cache_spec`` / ``_largest_kernel_block_within``).
+
+- gpt-oss-20b/120b: every layer 8 KV heads x head_dim 64, sliding_window 128
+  (https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json). Same page
+  for both groups, so both get the primary block: 16 by default, 64 with the
+  ``--block-size 64`` of vLLM's gpt-oss-120b ROCm/XPU recipe
+  (recipes/models/openai/gpt-oss-120b.yaml). Its EAGLE3 draft
+  (nvidia/gpt-oss-120b-Eagle3-v3, same recipe) adds a full-attention draft
+  group and no extra_retained_tokens (one drafter module); not benched.
+- Gemma 3 (4B/12B/27B): global and local layers share KV heads and head_dim,
+  sliding_window 1024 (e.g. https://huggingface.co/google/gemma-3-12b-it).
+  Gemma 2: sliding_window 4096, same heads. Mistral 7B v0.1 (sliding_window
+  4096) is SWA-only (alignment = its own chunk: dense), not benched.
+- Gemma 4 31B: 16 KV heads x 256 on sliding layers, num_global_key_value_heads
+  4 x global_head_dim 512 on full layers, sliding_window 1024
+  (https://huggingface.co/google/gemma-4-31B-it/blob/main/config.json);
+  26B-A4B: 8 x 256 / 2 x 512, window 1024. The sliding page is twice the full
+  page, so vLLM doubles the full block: full 32 / SWA 16 at the default block
+  (31B at TP <= 4, 26B-A4B at TP <= 2; at higher TP the replicated global
+  head evens the pages). Its MTP assistant (google/gemma-4-31B-it-assistant)
+  shares the target's KV (gemma4_mtp.py) and predicts one token: no draft
+  group, no extra_retained_tokens. Per-group block sizes differ, so the
+  connector refuses ``block_size`` and takes ``blocks_per_chunk``.
+- MiMo-V2-Flash: full layers 4 KV heads, sliding layers 8 (head_dim 192,
+  v_head_dim 128), sliding_window 128, 9 full + 39 sliding layers
+  (https://huggingface.co/XiaomiMiMo/MiMo-V2-Flash/blob/main/config.json):
+  full 32 / SWA 16 at TP <= 4 (its vLLM recipe runs TP 4). Its MTP layer is a
+  sliding-window layer (mimo_v2_mtp.py), i.e. an EAGLE SWA group.
+- DeepSeek-V4-Flash (--block-size 256 in recipes/models/deepseek-ai/
+  DeepSeek-V4-Flash.yaml; the sparse MLA kernel takes only 256): the MLA
+  (full-attention) group has block 256; every layer's sliding-window cache
+  (window 128, DeepseekV4SWACache) has block 64; the compressor states are
+  sliding-window groups of block 8 / window 128 (C128 layers) and block 4 /
+  window 8 (C4 layers, compressor.py); the MTP layer's SWA cache is an EAGLE
+  group (num_nextn_predict_layers 1, sliding_window 128,
+  https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash/blob/main/config.json).
+  Sparse at the default chunk. kvreach's lookup takes one full-attention and
+  one SWA group, so each SWA group is measured alone with the MLA group; the
+  real lookup takes the least hit over all groups.
+- Two synthetic shapes the proofs single out: issue 9's full block 36 / SWA
+  block 4 / window 17, and window 16 with extra_retained_tokens 5 (MTP
+  history; no real geometry above has extra_retained_tokens > 0: it needs a
+  multi-module MTP, num_nextn_predict_layers > 1 and num_speculative_tokens > 1).
+
+Offload chunks: 1 block (the default, also ``--kv-offloading-size``), and,
+where the default is dense, a ``blocks_per_chunk`` that makes the chunk mask
+sparse (Gemma 4: 64, a 2048-token full-attention chunk; MiMo: 8, 256 tokens),
+or for gpt-oss the offloaded ``block_size`` 256 (block-sparse, chunk-dense).
 
 Distribution, fixed by a seed: 24 prompt lengths log-uniform in [1k, 32k]
 tokens, chunked prefill at 2048 tokens a step, each prompt completed; later
@@ -18,9 +76,7 @@ requests per prompt: the same prompt (a repeat or shared system prompt), the
 prompt extended by 500 new tokens, and the prompt diverging at 3 points drawn
 uniformly in [P/2, P]. "Not loaded by the sample": a stored SWA chunk none
 of the 5 sampled later requests loads. It is not waste over all requests (a
-later request ending at another boundary may load it); with full-attention
-and SWA blocks of one size the alignment is one chunk, the mask is dense
-(every chunk boundary is a hit end) and every rule stores every chunk.
+later request ending at another boundary may load it).
 """
 
 from __future__ import annotations
@@ -35,18 +91,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvreach.impl.lifecycle import Lifecycle, run  # noqa: E402
 from kvreach.impl.lookup import LookupGroup  # noqa: E402
-from kvreach.impl.worlds import later_lookup  # noqa: E402
+from kvreach.impl.worlds import dense_chunks, later_lookup  # noqa: E402
 from kvreach.params import GroupConfig, RequestConfig  # noqa: E402
 
 SHAPES = [
-    # name, full block, swa block, window, extra, blocks_per_chunk
-    ("gpt-oss (W 128)", 16, 16, 128, 0, 1),
-    ("gpt-oss (W 128), 4-block chunks", 16, 16, 128, 0, 4),
-    ("Gemma 3 (W 1024)", 16, 16, 1024, 0, 1),
-    ("Gemma 3 (W 1024), 4-block chunks", 16, 16, 1024, 0, 4),
-    ("Mistral 7B v0.1 / Gemma 2 (W 4096)", 16, 16, 4096, 0, 1),
-    ("issue 9: full 36, SWA 4, W 17", 36, 4, 17, 0, 1),
-    ("W 16, extra_retained_tokens 5", 36, 4, 16, 5, 1),
+    # name, full block, swa block, window, extra, blocks_per_chunk, eagle
+    ("gpt-oss (W 128), block 16", 16, 16, 128, 0, 1, False),
+    ("gpt-oss, block 16, offload 256", 16, 16, 128, 0, 16, False),
+    ("gpt-oss, --block-size 64", 64, 64, 128, 0, 1, False),
+    ("Gemma 3 (W 1024), block 16", 16, 16, 1024, 0, 1, False),
+    ("Gemma 2 (W 4096), block 16", 16, 16, 4096, 0, 1, False),
+    ("Gemma 4 31B/26B: full 32, SWA 16, W 1024", 32, 16, 1024, 0, 1, False),
+    ("Gemma 4 31B/26B, 64-block chunks", 32, 16, 1024, 0, 64, False),
+    ("MiMo-V2-Flash: full 32, SWA 16, W 128", 32, 16, 128, 0, 1, False),
+    ("MiMo-V2-Flash, 8-block chunks", 32, 16, 128, 0, 8, False),
+    ("MiMo-V2-Flash MTP (EAGLE), 8-block chunks", 32, 16, 128, 0, 8, True),
+    ("DeepSeek-V4-Flash SWA: MLA 256, SWA 64, W 128", 256, 64, 128, 0, 1, False),
+    ("DeepSeek-V4-Flash MTP SWA (EAGLE)", 256, 64, 128, 0, 1, True),
+    ("DeepSeek-V4-Flash C128 state: SWA 8, W 128", 256, 8, 128, 0, 1, False),
+    ("DeepSeek-V4-Flash C4 state: SWA 4, W 8", 256, 4, 8, 0, 1, False),
+    ("issue 9: full 36, SWA 4, W 17", 36, 4, 17, 0, 1, False),
+    ("W 16, extra_retained_tokens 5", 36, 4, 16, 5, 1, False),
 ]
 RULES = ("vllm-0.29", "vllm-0.33", "lookup-window")
 
@@ -60,11 +125,12 @@ def later_shapes(P: int, rng: random.Random) -> list[tuple[int, int | None]]:
 
 
 def measure(shape, rule: str, seed: int = 0) -> dict:
-    name, fb, sb, W, extra, bpc = shape
+    name, fb, sb, W, extra, bpc, eagle = shape
     rng = random.Random(seed)
-    g = GroupConfig(sb, W, fb * bpc, blocks_per_chunk=bpc, extra_retained_tokens=extra)
-    groups = (LookupGroup(fb, bpc), LookupGroup(sb, bpc, window_tokens=W, extra_retained_tokens=extra))
-    stored = lost = dense = never = requests = lossy = 0
+    g = GroupConfig(sb, W, fb * bpc, blocks_per_chunk=bpc, extra_retained_tokens=extra, eagle=eagle)
+    groups = (LookupGroup(fb, bpc),
+              LookupGroup(sb, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle))
+    stored = dense_stored = lost = dense = never = requests = lossy = 0
     for P in prompts(rng):
         tr = run(rule, g, RequestConfig(P), Lifecycle(budget=2048))
         loaded: set[int] = set()
@@ -77,29 +143,32 @@ def measure(shape, rule: str, seed: int = 0) -> dict:
             lossy += d > h
             loaded |= set(r.rule.loaded[1])
         stored += len(tr.stored)
+        dense_stored += len(dense_chunks(groups[1:], tr)[0])
         never += len(set(tr.stored) - loaded)
     n = len(prompts(random.Random(seed)))
     return {"shape": name, "rule": rule, "stored_per_request": stored / n,
+            "dense_per_request": dense_stored / n,
             "never_loaded_per_request": never / n, "lost_tokens_pct": 100 * lost / max(1, dense),
             "lossy_requests_pct": 100 * lossy / requests}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--plot", type=Path, help="write a PNG of lost hit tokens per shape and rule")
+    ap.add_argument("--plot", type=Path,
+                    help="write a PNG of lost hit tokens and lossy requests per shape and rule")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
     t0 = time.perf_counter()
     rows = [measure(s, r) for s in SHAPES for r in RULES]
-    cols = ["shape", "rule", "stored_per_request", "never_loaded_per_request",
-            "lost_tokens_pct", "lossy_requests_pct"]
-    heads = ["model shape", "rule", "SWA chunks stored / request", "not loaded by the sample / request",
+    heads = ["model shape", "rule", "SWA chunks stored / request", "dense stores / request",
+             "not loaded by the sample / request",
              "hit tokens lost vs dense", "later requests losing hits"]
     if args.markdown:
         print("| " + " | ".join(heads) + " |")
         print("|" + "---|" * len(heads))
     for r in rows:
         vals = [r["shape"], r["rule"], f"{r['stored_per_request']:.1f}",
+                f"{r['dense_per_request']:.1f}",
                 f"{r['never_loaded_per_request']:.1f}", f"{r['lost_tokens_pct']:.1f}%",
                 f"{r['lossy_requests_pct']:.0f}%"]
         print(("| " + " | ".join(vals) + " |") if args.markdown else "  ".join(vals))
@@ -110,15 +179,17 @@ def main() -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(9, 4.5))
+        fig, axes = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True)
         width = 0.27
-        for i, rule in enumerate(RULES):
-            ys = [r["lost_tokens_pct"] for r in rows if r["rule"] == rule]
-            ax.bar([x + (i - 1) * width for x in range(len(SHAPES))], ys, width, label=rule)
-        ax.set_xticks(range(len(SHAPES)), [s[0] for s in SHAPES], rotation=25, ha="right", fontsize=7)
-        ax.set_ylabel("later-request hit tokens lost vs dense (%)")
-        ax.set_title("Single-request world, 24 prompts x 5 later requests per shape")
-        ax.legend()
+        for ax, key, label in zip(axes, ("lost_tokens_pct", "lossy_requests_pct"),
+                                  ("hit tokens lost vs dense (%)", "later requests losing hits (%)")):
+            for i, rule in enumerate(RULES):
+                ys = [r[key] for r in rows if r["rule"] == rule]
+                ax.bar([x + (i - 1) * width for x in range(len(SHAPES))], ys, width, label=rule)
+            ax.set_ylabel(label)
+        axes[1].set_xticks(range(len(SHAPES)), [s[0] for s in SHAPES], rotation=25, ha="right", fontsize=7)
+        axes[0].set_title("Single-request world, 24 prompts x 5 later requests per shape")
+        axes[0].legend()
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120, metadata={"Software": None})
         print(f"wrote {args.plot}", file=sys.stderr)
