@@ -131,11 +131,18 @@ def _segment_tail(i: int, ps: int, need: int, shift: int) -> bool:
     return i >= shift and (i - shift) % ps >= ps - need
 
 
+def boundary_end_block(g: GroupConfig, boundary_tokens: int) -> int:
+    """End block of the tail a reachable boundary keeps (``reachable_boundaries``
+    of ``reachable_block_mask``): the boundary aligned down to
+    ``alignment_tokens``, plus shift; the tail is the ``need`` blocks before it."""
+    assert g.alignment_tokens is not None
+    aligned = boundary_tokens // g.alignment_tokens * g.alignment_tokens
+    return aligned // g.block_tokens + g.shift
+
+
 def _replay_end_block(g: GroupConfig, prompt_tokens: int) -> int:
     """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down."""
-    assert g.alignment_tokens is not None
-    aligned = (prompt_tokens - 1) // g.alignment_tokens * g.alignment_tokens
-    return aligned // g.block_tokens + g.shift
+    return boundary_end_block(g, prompt_tokens - 1)
 
 
 @deal.pre(lambda block, g, prompt_tokens, final_segment_end_block: block >= 0)

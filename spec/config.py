@@ -104,10 +104,12 @@ class SymConfig:
         n = z3.If(self.has_max, _min(n, self.max_off), n)
         return z3.If(self.prompt_only, _min(n, self.P), n)
 
-    def replay_end_block(self) -> z3.ArithRef:
-        """End block of the replay boundary ``num_prompt_tokens - 1`` aligned
-        down to ``alignment_tokens`` (``reachable_boundaries``), plus shift."""
-        return (self.P - 1) / self.A * self.psA + self.e
+    def replay_end_block(self, boundary_tokens=None) -> z3.ArithRef:
+        """End block of a reachable boundary (``reachable_boundaries``; default
+        the replay boundary ``num_prompt_tokens - 1``) aligned down to
+        ``alignment_tokens``, plus shift (``SlidingWindowManager.reachable_block_mask``)."""
+        b = self.P - 1 if boundary_tokens is None else boundary_tokens
+        return b / self.A * self.psA + self.e
 
     def well_formed(self) -> z3.BoolRef:
         return z3.And(

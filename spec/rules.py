@@ -40,8 +40,12 @@ def finish_tokens(s: SymConfig, rule: str, num_tokens) -> z3.ArithRef:
 
 
 def v033_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
-    """vLLM 0.33.0 ``_build_store_jobs``: horizon, reconsideration, mask."""
+    """vLLM 0.33.0 ``_build_store_jobs``: horizon, reconsideration, mask.
+    ``aux["shared_prefix_boundary"]`` (world "vllm"): ``Request.shared_prefix_boundary``,
+    a further reachable boundary with a retention interval (F8)."""
     bpc = s.bpc
+    spb = aux.get("shared_prefix_boundary")
+    extra = () if spb is None else (spb,)
     Hp = s.prompt_horizon
     no_horizon = z3.Or(s.rmode != R_NONE, s.eagle)
     # store_horizon_chunks: None -> the final-tail term is off (F irrelevant).
@@ -55,8 +59,8 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
     start = z3.If(reconsider, _min(cursor, (hb - hb % fab) / bpc), cursor)
     reach = z3.If(
         has_horizon,
-        mask.chunk_reachable(s, c, horizon * bpc),
-        mask.chunk_reachable(s, c, None),
+        mask.chunk_reachable(s, c, horizon * bpc, extra),
+        mask.chunk_reachable(s, c, None, extra),
     )
     skip = z3.And(reconsider, c < cursor, mask.chunk_reachable(s, c, Hp * bpc))
     submitted = z3.And(start <= c, c < n, z3.Not(skip), reach)
