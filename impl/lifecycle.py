@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
 from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
-from kvreach.params import GroupConfig, ParamError, RequestConfig, check_rule
+from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
 
 
 @dataclass(frozen=True)
@@ -189,3 +189,137 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
         num_tokens = P + lc.decode + 1
         final_n = apply("finish", 0, finish_tokens(rule, req, num_tokens), True)
     return Trace(rule, g, req, lc, tuple(steps), final_n, computed, tuple(stored))
+
+
+# ---------------------------------------------------------------------------
+# world "vllm": the kinds of kvreach.spec.lifecycle.TRANSITIONS, step by step
+# ---------------------------------------------------------------------------
+
+OUTCOMES = ("accept", "partial", "refused")  # prepare_store: every key, some, None
+_STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort")
+_QUIET = ("preempt", "lookup", "start", "loaded")
+
+
+@dataclass(frozen=True)
+class VllmStep:
+    """One scheduler step of world "vllm" (``kvreach.spec.lifecycle.TRANSITIONS``).
+
+    scheduled_tokens: the step's tokens (prefill / recompute), the hit tokens
+        (start / loaded: ``num_computed_tokens`` after admission).
+    outcome: ``prepare_store``'s answer; ``accepted`` the chunks it takes
+        under ``partial``.
+    null: chunks with a null (freed) block id, never offered.
+    shared_prefix_boundary: ``Request.shared_prefix_boundary`` (tokens; a
+        further reachable boundary of vllm-0.33 with a retention interval, F8).
+    """
+
+    kind: str
+    scheduled_tokens: int = 0
+    outcome: str = "accept"
+    accepted: frozenset = frozenset()
+    null: frozenset = frozenset()
+    shared_prefix_boundary: int = 0
+    allocated_chunks: int | None = None  # min(allocated, keyed) chunks; None: enough
+
+
+@dataclass(frozen=True)
+class VllmStepResult:
+    step: VllmStep
+    incarnation: int  # lookups before this step
+    f_before: int
+    f_after: int
+    cursor_before: int
+    cursor_after: int
+    offered: tuple[int, ...] = ()
+    submitted: tuple[int, ...] = ()
+
+
+def _num_tokens(req: RequestConfig, f: int) -> int:
+    """``Request.num_tokens`` between steps (``kvreach.spec.lifecycle.num_tokens``)."""
+    return req.prompt_tokens if f < req.prompt_tokens else f + 1
+
+
+def _shared_prefix_chunks(rule, g: GroupConfig, spb: int, start: int, n: int) -> set[int]:
+    """Chunks in ``[start, n)`` meeting the tail of ``Request.shared_prefix_boundary``
+    (vllm-0.33 with a retention interval adds it to ``reachable_boundaries``)."""
+    from kvreach.impl.rules import boundary_end_block
+
+    if rule != "vllm-0.33" or g.retention_interval is None or not spb or g.dense:
+        return set()
+    end = boundary_end_block(g, spb)
+    bpc = g.blocks_per_chunk
+    return {c for c in range(start, n)
+            if g.need >= 1 and c * bpc < end and (c + 1) * bpc > end - g.need}
+
+
+def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int,
+              st: VllmStep) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool]:
+    """One step: (frontier after, cursor after, chunks offered, chunks
+    submitted, the request ended). Raises ParamError when the step is not
+    enabled in (f, cursor), as the spec's guards say."""
+    P, s, k = req.prompt_tokens, st.scheduled_tokens, st.kind
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise ParamError("step", st, f"{what} (frontier {f}, cursor {cursor})")
+
+    if st.outcome not in OUTCOMES:
+        raise ParamError("outcome", st.outcome, f"one of {OUTCOMES}")
+    if k in _QUIET:
+        if k == "preempt":
+            return 0, cursor, (), (), False
+        if k == "lookup":
+            need(f == 0, "a lookup of a request with no computed tokens")
+            return 0, 0, (), (), False
+        need(f == 0 and cursor == 0 and s >= (1 if k == "loaded" else 0),
+             "a start from frontier 0 and cursor 0")
+        return s, (cdiv(s, g.chunk_tokens) if k == "loaded" else 0), (), (), False
+    if k == "prefill":
+        need(s >= 1 and f + s <= P, "a prefill step within the prompt")
+        tokens_after, nt, f_after = f + s, _num_tokens(req, f), f + s
+    elif k in ("decode", "decode-async"):
+        need(f >= P, "a decode step after the prompt")
+        tokens_after, f_after = f + 1, f + 1
+        nt = f + 1 if k == "decode" else f  # async: the sampled token not appended (F9)
+    elif k == "recompute":
+        need(s >= 1 and f + s > P, "a recompute step past the prompt")
+        tokens_after, nt, f_after = f + s, f + s, f + s
+    elif k == "finish":
+        need(f >= P, "a finish after the prompt")
+        nt = _num_tokens(req, f)
+        tokens_after, f_after = finish_tokens(rule, req, nt), f
+    elif k == "abort":
+        tokens_after, nt, f_after = f, _num_tokens(req, f), f
+    else:
+        raise ParamError("kind", k, f"one of {_STORING + _QUIET}")
+    ends = k in ("finish", "abort")
+    off = req.offloadable(tokens_after, nt)
+    n = storable_chunks(rule, g, req, off, ends)
+    if st.allocated_chunks is not None:  # RequestOffloadState.storable_chunks' cap
+        n = min(n, st.allocated_chunks)
+    w = store_window(rule, g, req, cursor, n, ends)
+    kept = set(w.chunks) | _shared_prefix_chunks(rule, g, st.shared_prefix_boundary,
+                                                 w.start_chunk, n)
+    offered = tuple(sorted(kept - set(st.null)))
+    if st.outcome == "refused":
+        return f_after, cursor, offered, (), ends
+    sub = offered if st.outcome == "accept" else tuple(c for c in offered if c in st.accepted)
+    return f_after, w.next_cursor, offered, sub, ends
+
+
+def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
+             plan: list[VllmStep]) -> tuple[VllmStepResult, ...]:
+    """Drive one request through ``plan`` (world "vllm") from frontier 0 and
+    cursor 0; the steps after the one that ends the request are refused."""
+    check_rule(rule)
+    f = cursor = incarnation = 0
+    out: list[VllmStepResult] = []
+    for i, st in enumerate(plan):
+        if out and st.kind and (out[-1].step.kind in ("finish", "abort")):
+            raise ParamError("plan", plan, f"no step after the request ended (step {i})")
+        if st.kind == "lookup":
+            incarnation += 1
+        f2, c2, offered, sub, _ = vllm_step(rule, g, req, f, cursor, st)
+        out.append(VllmStepResult(st, incarnation, f, f2, cursor, c2, offered, sub))
+        f, cursor = f2, c2
+    return tuple(out)

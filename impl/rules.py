@@ -130,11 +130,19 @@ def _segment_tail(i: int, ps: int, need: int, shift: int) -> bool:
     return i >= shift and (i - shift) % ps >= ps - need
 
 
+def boundary_end_block(g: GroupConfig, boundary_tokens: int, shift: int | None = None) -> int:
+    """End block of the tail a reachable boundary keeps (``reachable_boundaries``
+    of ``reachable_block_mask``): the boundary aligned down to
+    ``alignment_tokens``, plus shift (``g.shift`` unless a mutant drops it);
+    the tail is the ``need`` blocks before it."""
+    assert g.alignment_tokens is not None
+    aligned = boundary_tokens // g.alignment_tokens * g.alignment_tokens
+    return aligned // g.block_tokens + (g.shift if shift is None else shift)
+
+
 def _replay_end_block(g: GroupConfig, prompt_tokens: int, shift: int | None = None) -> int:
-    """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down
-    (``shift``: the EAGLE shift, ``g.shift`` unless a mutant drops it)."""
-    return replay_boundary(g, prompt_tokens) // g.block_tokens + (
-        g.shift if shift is None else shift)
+    """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down."""
+    return boundary_end_block(g, replay_boundary(g, prompt_tokens), shift)
 
 
 @deal.pre(lambda block, g, prompt_tokens, final_segment_end_block: block >= 0)

@@ -80,6 +80,8 @@ def later_lookup_of(trace: Trace, cex: dict):
 
 def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None) -> list[int]:
     """Chunks witnessing ``obligation``'s violation in a concrete trace."""
+    if cex is not None and cex.get("world") == "vllm":
+        return vllm_violation(trace, obligation, GroupConfig(**cex["config"]["group"]))
     if obligation.startswith("no-waste"):  # and its lookup variant's row
         return unloaded_kept_chunk(cex)
     if trace is None:  # a static obligation with no store trace (lookup-monotone)
@@ -155,6 +157,66 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
         out["trace"] = trace.to_json(ctx.model)
         out["_trace"] = trace
     return out
+
+
+def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
+    """A world-"vllm" counterexample (``proofs/restarts.py``): the steps with
+    their kinds, sizes, the manager's answers and the tracked chunk's null
+    block, replayed through ``kvreach.impl.lifecycle.run_vllm``."""
+    from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm
+
+    g, r = to_concrete(m, ctx.s)
+    c = _v(m, ctx.c)
+    plan = []
+    for t in trs:
+        yes = lambda b: z3.is_true(m.eval(b, model_completion=True))  # noqa: E731
+        plan.append(VllmStep(
+            KINDS[_v(m, t.kind)], _v(m, t.sched), OUTCOMES[_v(m, t.outcome)],
+            frozenset([c]) if yes(t.accepted) else frozenset(),
+            frozenset([c]) if yes(t.null) else frozenset(),
+            _v(m, t.shared_prefix_boundary), _v(m, t.allocated_chunks)))
+    out = {
+        "chunk": c, "budget": _v(m, ctx.budget),
+        "config": {"group": g.__dict__, "request": r.__dict__},
+        "world": "vllm",
+        "plan": [st.__dict__ | {"accepted": sorted(st.accepted), "null": sorted(st.null)}
+                 for st in plan],
+        "spec_steps": [
+            {"kind": st.kind, "scheduled_tokens": st.scheduled_tokens,
+             "num_chunks": _v(m, t.n),
+             "submitted_tracked_chunk": z3.is_true(m.eval(t.submitted, model_completion=True))}
+            for st, t in zip(plan, trs)
+        ],
+    }
+    if replay:
+        steps = run_vllm(ctx.rule, g, r, plan)
+        out["replay"] = [{"kind": x.step.kind, "incarnation": x.incarnation,
+                          "f": [x.f_before, x.f_after], "cursor": [x.cursor_before, x.cursor_after],
+                          "offered": list(x.offered), "submitted": list(x.submitted)}
+                         for x in steps]
+        out["_trace"] = steps
+    return out
+
+
+def vllm_violation(steps, obligation: str, g: GroupConfig) -> list[int]:
+    """Chunks witnessing a world-"vllm" obligation's violation in a replayed
+    ``run_vllm`` trace."""
+    if obligation in ("exactly-once-restarts", "exactly-once-incarnation"):
+        seen, twice = set(), set()
+        for x in steps:
+            key = (lambda c: c) if obligation == "exactly-once-restarts" else \
+                (lambda c, i=x.incarnation: (i, c))
+            for c in x.submitted:
+                (twice if key(c) in seen else seen).add(key(c))
+        return sorted({k if isinstance(k, int) else k[1] for k in twice})
+    if obligation == "computed-before-stored-restarts":
+        return sorted({c for x in steps for c in x.submitted
+                       if (c + 1) * g.chunk_tokens > x.f_after})
+    if obligation == "refused-retried":
+        return sorted({c for x in steps if x.step.outcome == "refused"
+                       and x.step.kind not in ("finish", "abort")
+                       for c in x.offered if x.cursor_after > c})
+    return []
 
 
 def unloaded_kept_chunk(cex: dict) -> list[int]:

@@ -51,6 +51,14 @@ def lookup_window_short_store(s, cursor, n, finished, c, aux):
     return lookup_window_store(s, cursor, n, finished, c, aux, short_by=1)
 
 
+def behind_store(s, cursor, n, finished, c, aux):
+    """vllm-0.33 that also offers the chunk just before its cursor (a store
+    range starting one chunk early)."""
+    real = v033_store(s, cursor, n, finished, c, aux)
+    return StoreStep(z3.Or(real.submitted, z3.And(c == cursor - 1, c < n)),
+                     real.next_cursor, real.side)
+
+
 # obligation -> (mutant name, store fn or None, static variant or None)
 MUTANTS = {
     "soundness": ("prefix-horizon", prefix_horizon_store, None),
@@ -66,6 +74,11 @@ MUTANTS = {
     "lookup-prefix-scan": ("prefix-scan-one-short", None, "prefix-scan-one-short"),
     "hit-preservation": ("lookup-window-one-chunk-short", lookup_window_short_store, None),
     "no-waste": ("keeps-every-chunk", None, "keeps-every-chunk"),
+    # world "vllm" (proofs/restarts.py)
+    "exactly-once-incarnation": ("reconsider-resubmits", resubmit_store, None),
+    "exactly-once-restarts": ("reconsider-resubmits", resubmit_store, None),
+    "computed-before-stored-restarts": ("store-ahead-of-frontier", ahead_store, None),
+    "refused-retried": ("offers-before-cursor", behind_store, None),
 }
 
 

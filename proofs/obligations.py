@@ -76,6 +76,16 @@ class Obligation:
     split: bool = True  # the runner's case split on the store configuration applies
     rules: tuple[str, ...] | None = None  # the rules it is run for (None: every rule)
     grid: tuple | None = None  # geometries (proofs.geometries): one proof per geometry
+    # the world of kvreach.spec.lifecycle.table: "single" (one incarnation, every
+    # store accepted; rests on the obligation 'invariant') or "vllm" (restarts,
+    # preemption, the manager's answers; the obligation's own `invariant`,
+    # (ctx, state) -> Bool, proved in the same row by base case and step)
+    world: str = "single"
+    invariant: Callable | None = None
+    bmc_depths: tuple[int, ...] | None = None  # None: the runner's BMC_DEPTHS
+    # world "vllm": facts of one step, (ctx, pre, tr, post) -> [Bool], each
+    # proved from the step's premise on its own, then assumed by the main query
+    lemmas: Callable | None = None
 
 
 def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
@@ -476,30 +486,60 @@ OBLIGATIONS: dict[str, Obligation] = {
 
 
 def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
-    """One transition from an arbitrary invariant state (induction step)."""
-    pre, post = State.fresh("pre"), State.fresh("post")
-    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn)
-    prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
-    return Query(prem, ob.step_violation(ctx, pre, tr, post))
+    """One transition from an arbitrary invariant state (induction step). In
+    world "vllm" the invariant is the obligation's own, and its preservation
+    by a running step is part of the violation."""
+    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                    world=ob.world)
+    if ob.world == "single":
+        prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
+        return Query(prem, ob.step_violation(ctx, pre, tr, post))
+    prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
+    lemmas = ob.lemmas(ctx, pre, tr, post) if ob.lemmas else []
+    return Query(prem + lemmas, z3.Or(ob.step_violation(ctx, pre, tr, post),
+                                      z3.And(z3.Not(tr.finished), z3.Not(ob.invariant(ctx, post)))))
 
 
-def invariant_base_query(ctx: Ctx) -> Query:
-    st = State.fresh("init")
-    return Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(invariant(ctx.s, ctx.rule, st, ctx.c)))
+def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
+    """Each of a world-"vllm" obligation's step lemmas from the step's premise
+    and the lemmas before it (the terms are those of
+    :func:`lifecycle_step_query`: same names)."""
+    if not ob.lemmas:
+        return []
+    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                    world=ob.world)
+    prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
+    lems = ob.lemmas(ctx, pre, tr, post)
+    return [Query(prem + lems[:i], z3.Not(lem)) for i, lem in enumerate(lems)]
+
+
+def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
+    """The initial state satisfies the invariant (the rule's, or a world
+    "vllm" obligation's own)."""
+    world = "single" if ob is None else ob.world
+    st = State.fresh("init", world)
+    inv = invariant(ctx.s, ctx.rule, st, ctx.c) if world == "single" else ob.invariant(ctx, st)
+    return Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(inv))
 
 
 def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
-    """``depth`` transitions from the initial state, the last one an end."""
-    sts = [State.fresh(f"s{i}") for i in range(depth + 1)]
+    """``depth`` transitions from the initial state, the last one an end; the
+    steps before it run (world "single": prefill or decode; "vllm": any kind
+    that does not end the request)."""
+    sts = [State.fresh(f"s{i}", ob.world) for i in range(depth + 1)]
     trs = [
-        transition(ctx.s, ctx.rule, sts[i], sts[i + 1], ctx.c, ctx.budget, f"t{i + 1}", ctx.store_fn)
+        transition(ctx.s, ctx.rule, sts[i], sts[i + 1], ctx.c, ctx.budget, f"t{i + 1}",
+                   ctx.store_fn, world=ob.world)
         for i in range(depth)
     ]
     prem = ctx.base() + [ctx.c >= 0, init(sts[0])]
     for i, t in enumerate(trs):
         prem.append(t.constraints)
         if i < depth - 1:
-            prem.append(z3.Or(t.kind == K_PREFILL, t.kind == K_DECODE))
+            prem.append(z3.Or(t.kind == K_PREFILL, t.kind == K_DECODE) if ob.world == "single"
+                        else z3.Not(t.finished))
         else:
             prem.append(z3.Or(t.kind == K_FINISH, t.kind == K_ABORT))
     viol = ob.bmc_violation(ctx, sts, trs) if ob.bmc_violation else z3.BoolVal(False)
@@ -653,3 +693,9 @@ OBLIGATIONS.update({
         ),
     ]
 })
+
+
+# world "vllm" (issue 11): restarts, preemption, the manager's answers
+from kvreach.proofs.restarts import RESTART_OBLIGATIONS  # noqa: E402
+
+OBLIGATIONS.update({o.name: o for o in RESTART_OBLIGATIONS})

@@ -24,10 +24,10 @@ from importlib import resources
 import z3
 
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
-from kvreach.proofs import decode
+from kvreach.proofs import decode, restarts
 from kvreach.proofs.mutants import MUTANTS, PLANTS
 from kvreach.proofs.obligations import (
-    OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lifecycle_step_query,
+    OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
 )
 from kvreach.spec.config import SymConfig
 
@@ -286,7 +286,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                 return found
         return None, None
     for pinned in (True, False):
-        for depth in BMC_DEPTHS:
+        for depth in (ob.bmc_depths or BMC_DEPTHS):
             ctx = _ctx(rule, model, store_fn=store_fn)
             if geometry is not None:
                 ctx.pins = geometry.pins(ctx)
@@ -303,7 +303,8 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                 )
             r, m = _solve(q.premise + extra + [q.violation], CHECK_RL, meter)
             if r == z3.sat:
-                cex = decode.decode_bmc(m, ctx, sts, trs, depth, replay=store_fn is None)
+                dec = decode.decode_bmc if ob.world == "single" else decode.decode_bmc_vllm
+                cex = dec(m, ctx, sts, trs, depth, replay=store_fn is None)
                 if geometry is not None:
                     cex["geometry"] = geometry.name
                 if store_fn is None:
@@ -350,16 +351,26 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     else:
         ctx = _ctx(rule, model)
         q = lifecycle_step_query(ob, ctx)
-        r, _ = _decide(q, ctx, True, meter)
+        r = z3.unsat
+        for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
+            rl, _ = _decide(lq, ctx, True, meter)
+            r = rl if rl != z3.unsat and r == z3.unsat else r
+        if r == z3.unsat:
+            r, _ = _decide(q, ctx, True, meter)
         non_vacuous = _non_vacuous(q, ctx, r, True, meter)
-        if name == "invariant":
-            bq = invariant_base_query(ctx)
+        if name == "invariant" or ob.world != "single":
+            bq = invariant_base_query(ctx, None if name == "invariant" else ob)
             rb, _ = _decide(bq, ctx, True, meter)
             r = z3.sat if rb == z3.sat else r
+        if ob.world != "single":
+            scope = scope.split("; excluded")[0] + "; excluded: alignment_tokens % B != 0; " + \
+                restarts.WORLD_SCOPE
         if r == z3.unsat:
             verdict = "proved"
             scope += "; any number of steps (1-step induction"
-            if name != "invariant":
+            if ob.world != "single":
+                scope += " on the obligation's own invariant, base case included"
+            elif name != "invariant":
                 inv_rule = ctx.rule
                 if not invariant_ok.get(inv_rule, False):
                     verdict, detail = "unknown", f"invariant of {inv_rule} not proved"

@@ -115,9 +115,12 @@ class SymConfig:
         ``alignment_tokens``, in blocks (``reachable_boundaries``)."""
         return (self.P - 1) / self.A * self.psA
 
-    def replay_end_block(self) -> z3.ArithRef:
-        """End block of the replay boundary's tail: the boundary plus shift."""
-        return self.replay_boundary + self.e
+    def replay_end_block(self, boundary_tokens=None) -> z3.ArithRef:
+        """End block of a reachable boundary's tail (``reachable_boundaries``,
+        ``SlidingWindowManager.reachable_block_mask``): the boundary aligned
+        down to ``alignment_tokens`` (default the replay boundary), plus shift."""
+        b = self.replay_boundary if boundary_tokens is None else boundary_tokens / self.A * self.psA
+        return b + self.e
 
     def well_formed(self) -> z3.BoolRef:
         return z3.And(

@@ -48,6 +48,9 @@ K_PREFILL, K_DECODE, K_FINISH, K_ABORT = range(4)
 # the start of an incarnation with a hit (cursor 0, or the loaded chunk count
 # under OffloadPolicy.CHUNK_LEVEL).
 K_RECOMPUTE, K_PREEMPT, K_LOOKUP, K_START, K_START_LOADED = range(4, 9)
+# A decode step under AsyncScheduler: the store side's Request.num_tokens is
+# one behind (the step's sampled token is not appended yet; finding F9).
+K_DECODE_ASYNC = 9
 # The manager's answer to prepare_store (world "vllm"): every key accepted,
 # some keys (PARTIAL; de-duplication or capacity), or None (REFUSED).
 O_ACCEPT, O_PARTIAL, O_REFUSED = range(3)
@@ -64,12 +67,16 @@ class State:
     cursor: z3.ArithRef
     stored: z3.BoolRef
     ended: z3.BoolRef
+    # world "vllm" ghost: the tracked chunk was submitted in this incarnation
+    # (since the last get_num_new_matched_tokens); None in world "single"
+    stored_inc: z3.BoolRef | None = None
 
     @staticmethod
-    def fresh(tag: str) -> "State":
+    def fresh(tag: str, world: str = "single") -> "State":
         return State(
             z3.Int(f"f_{tag}"), z3.Int(f"cursor_{tag}"),
             z3.Bool(f"stored_{tag}"), z3.Bool(f"ended_{tag}"),
+            z3.Bool(f"stored_inc_{tag}") if world == "vllm" else None,
         )
 
 
@@ -90,10 +97,13 @@ class Transition:
     outcome: z3.ArithRef | None = None
     accepted: z3.BoolRef | None = None
     null: z3.BoolRef | None = None
+    shared_prefix_boundary: z3.ArithRef | None = None  # tokens, world "vllm"
+    allocated_chunks: z3.ArithRef | None = None  # world "vllm": the cap on n
 
 
 def init(st: State) -> z3.BoolRef:
-    return z3.And(st.f == 0, st.cursor == 0, z3.Not(st.stored), z3.Not(st.ended))
+    inc = [] if st.stored_inc is None else [z3.Not(st.stored_inc)]
+    return z3.And(st.f == 0, st.cursor == 0, z3.Not(st.stored), z3.Not(st.ended), *inc)
 
 
 def num_tokens(s: SymConfig, f) -> z3.ArithRef:
@@ -231,6 +241,19 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
         status="RUNNING", ends=False, stores=False,
         new_cursor=lambda s, pre, sched: (sched + s.C - 1) / s.C,
     ),
+    TransitionDef(
+        # AsyncScheduler: a decode step is scheduled before the previous step's
+        # sampled token is appended, so _build_store_jobs sees
+        # Request.num_tokens = num_computed_tokens (one behind; F9) and
+        # _calc_num_offloadable_tokens caps the step at f tokens
+        K_DECODE_ASYNC, "decode-async", "vllm.v1.core.sched.async_scheduler",
+        "AsyncScheduler.schedule", sched=1,
+        guard=lambda s, pre, sched, budget: pre.f >= s.P,
+        new_f=lambda s, pre, sched: pre.f + 1,
+        tokens_after=lambda s, rule, pre, sched: pre.f + 1,
+        num_tokens=lambda s, pre: pre.f,
+        status="RUNNING", ends=False,
+    ),
 )
 assert [t.kind for t in TRANSITIONS] == list(range(len(TRANSITIONS)))
 
@@ -317,11 +340,23 @@ def transition(
     kind = z3.Int(f"kind_{tag}")
     sched = z3.Int(f"sched_{tag}")
     aux = {"wc": z3.Int(f"wc_{tag}")}
+    spb = None
+    if world == "vllm":
+        # Request.shared_prefix_boundary at this step: set by
+        # KVCacheManager.get_computed_blocks at admission; any value >= 0
+        spb = aux["shared_prefix_boundary"] = z3.Int(f"shared_prefix_boundary_{tag}")
     finished = z3.Or([kind == t.kind for t in entries if t.ends])
     tokens_after = _chain(kind, entries, [t.tokens_after(s, rule, pre, sched) for t in entries])
     nt_step = _chain(kind, entries, [step_num_tokens(t, s, pre, sched) for t in entries])
     off = s.offloadable(tokens_after, nt_step)
     n = storable_chunks(s, rule, off, finished)
+    allocated = None
+    if world == "vllm":
+        # RequestOffloadState.storable_chunks caps the count by the allocated
+        # and keyed chunks (len(block_ids) // blocks_per_chunk, len(offload_keys)):
+        # e.g. a request aborted while its offload load is pending has none
+        allocated = z3.Int(f"allocated_chunks_{tag}")
+        n = z3.If(allocated < n, allocated, n)
     step = (store_fn or RULES[rule])(s, pre.cursor, n, finished, c, aux)
     new_f = _chain(kind, entries, [t.new_f(s, pre, sched) for t in entries])
     if world == "single":
@@ -340,7 +375,10 @@ def transition(
         for t in reversed(quiet):
             next_cursor = z3.If(kind == t.kind, t.new_cursor(s, pre, sched), next_cursor)
         extra = [z3.Or(outcome == O_ACCEPT, outcome == O_PARTIAL, outcome == O_REFUSED),
-                 z3.Implies(z3.Not(stores), outcome == O_ACCEPT)]
+                 z3.Implies(z3.Not(stores), outcome == O_ACCEPT), spb >= 0, allocated >= 0]
+        if pre.stored_inc is not None and post.stored_inc is not None:
+            extra.append(post.stored_inc == z3.If(
+                kind == K_LOOKUP, False, z3.Or(pre.stored_inc, submitted)))
     cons = z3.And(
         z3.Not(pre.ended),
         z3.Or([kind == t.kind for t in entries]),
@@ -353,7 +391,7 @@ def transition(
         *extra,
     )
     return Transition(kind, sched, tokens_after, n, submitted, finished, cons, off,
-                      offered, outcome, accepted, null)
+                      offered, outcome, accepted, null, spb, allocated)
 
 
 def cursor_of(s: SymConfig, rule: str, f) -> z3.ArithRef:

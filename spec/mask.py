@@ -66,10 +66,14 @@ def _interval_meets_chunk(s: SymConfig, c, lo, hi) -> z3.BoolRef:
     return z3.And(lo < hi, lo < first + s.bpc, first < hi)
 
 
-def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False) -> z3.BoolRef:
+def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
+                    boundaries=()) -> z3.BoolRef:
     """Closed form of "some block of chunk ``c`` is reachable".
     ``tail_off_by_one``: the mutant testing ``r > seg - need`` instead of
-    ``>=``."""
+    ``>=``. ``boundaries``: further reachable boundaries (tokens, 0 = none)
+    beside the replay boundary, as ``_build_store_jobs`` adds
+    ``Request.shared_prefix_boundary`` with a retention interval (world
+    "vllm", finding F8)."""
     first = c * s.bpc
     last = first + s.bpc - 1
     r = (last - s.e) % s.seg
@@ -91,6 +95,10 @@ def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False) -> z
         ))
     end = s.replay_end_block()
     parts.append(z3.And(s.rmode != R_NONE, _interval_meets_chunk(s, c, end - s.need, end)))
+    for b in boundaries:
+        end = s.replay_end_block(b)
+        parts.append(z3.And(s.rmode != R_NONE, b > 0,
+                            _interval_meets_chunk(s, c, end - s.need, end)))
     return z3.Or(parts)
 
 

@@ -66,8 +66,12 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     Mutation parameters (``kvreach.proofs.mutants`` only):
     ``horizon_at_frontier``: the step's count taken as the final end (the
     pre-fix horizon); ``final_tail=False``: no final-segment tail;
-    ``skip_stored=False``: the reconsideration forgets what was stored."""
+    ``skip_stored=False``: the reconsideration forgets what was stored.
+    ``aux["shared_prefix_boundary"]`` (world "vllm"): ``Request.shared_prefix_boundary``,
+    a further reachable boundary with a retention interval (F8)."""
     bpc = s.bpc
+    spb = aux.get("shared_prefix_boundary")
+    extra = () if spb is None else (spb,)
     Hp = s.prompt_horizon
     # store_horizon_chunks: None -> the final-tail term is off (F irrelevant).
     horizon = n if horizon_at_frontier else z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
@@ -78,9 +82,9 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     start = z3.If(reconsider, _min(cursor, partial_segment_start(s, n)), cursor)
     reach = z3.If(
         has_horizon,
-        mask.chunk_reachable(s, c, horizon * bpc),
-        mask.chunk_reachable(s, c, None),
-    ) if final_tail else mask.chunk_reachable(s, c, None)
+        mask.chunk_reachable(s, c, horizon * bpc, boundaries=extra),
+        mask.chunk_reachable(s, c, None, boundaries=extra),
+    ) if final_tail else mask.chunk_reachable(s, c, None, boundaries=extra)
     skip = z3.And(reconsider, c < cursor, mask.chunk_reachable(s, c, Hp * bpc))
     submitted = z3.And(start <= c, c < n, z3.Not(skip), reach) if skip_stored else z3.And(
         start <= c, c < n, reach)

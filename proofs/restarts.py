@@ -1,0 +1,143 @@
+"""Obligations of world "vllm" (issue 11): the lifecycle vLLM 0.33.0 really
+runs, with preemption (``Scheduler._preempt_request``), the offload lookup's
+reset of the cursor at every ``get_num_new_matched_tokens`` (a new request, a
+resumed one, a retried deferred lookup), starts with a GPU-local or offload
+hit under either ``OffloadPolicy``, recompute past the prompt, decode under
+``AsyncScheduler`` (F9), ``Request.shared_prefix_boundary`` (F8), null blocks,
+and ``prepare_store`` accepting every key, some of them, or refusing
+(``kvreach.spec.lifecycle.TRANSITIONS``, world "vllm").
+
+An *incarnation* is the stretch between two lookups. ``stored`` is "the
+tracked chunk was submitted (accepted by the manager) at some step",
+``stored_inc`` "in this incarnation". Each obligation carries its own
+inductive invariant, proved in the same row (base case and step).
+"""
+
+from __future__ import annotations
+
+import z3
+
+from kvreach.proofs.obligations import Ctx, Obligation
+from kvreach.spec import mask
+from kvreach.spec.config import R_NONE
+from kvreach.spec.lifecycle import O_REFUSED
+
+WORLD_SCOPE = (
+    "world: vllm (kvreach.spec.lifecycle.TRANSITIONS, every kind: prefill, decode, "
+    "decode-async, recompute, preempt, lookup, start, loaded, finish, abort; the "
+    "manager accepts, takes a subset or refuses; any chunk's block may be null; "
+    "shared_prefix_boundary any value >= 0 at every step, any number of "
+    "incarnations)"
+)
+RULES = ("vllm-0.29", "vllm-0.33", "lookup-window")
+
+
+def running(ctx: Ctx, st) -> z3.BoolRef:
+    """What every world-"vllm" invariant says: a running state."""
+    return z3.And(z3.Not(st.ended), st.f >= 0, st.cursor >= 0)
+
+
+def incarnation_invariant(ctx: Ctx, st) -> z3.BoolRef:
+    """A chunk submitted in this incarnation lies below the cursor, and where
+    vllm-0.33 reconsiders the final tail at the end (no retention interval,
+    an alignment, not EAGLE) the prompt-horizon mask keeps it, so the
+    reconsideration's skip (``abs_chunk_idx < next_stored_chunk_idx`` and the
+    prompt-horizon mask) leaves it out."""
+    s, c = ctx.s, ctx.c
+    kept = z3.BoolVal(True)
+    if ctx.rule == "vllm-0.33":
+        kept = z3.Implies(z3.And(s.rmode == R_NONE, s.has_align, z3.Not(s.eagle)),
+                          mask.chunk_reachable(s, c, s.prompt_horizon * s.bpc))
+    return z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
+
+
+def _once_inc_step(ctx, pre, tr, post):
+    return z3.And(pre.stored_inc, tr.submitted)
+
+
+def _once_inc_bmc(ctx, sts, trs):
+    return z3.Or([z3.And(sts[i].stored_inc, trs[i].submitted) for i in range(len(trs))])
+
+
+def _once_step(ctx, pre, tr, post):
+    return z3.And(pre.stored, tr.submitted)
+
+
+def _once_bmc(ctx, sts, trs):
+    return z3.Or([z3.And(sts[i].stored, trs[i].submitted) for i in range(len(trs))])
+
+
+def _computed_step(ctx, pre, tr, post):
+    return z3.And(tr.submitted, (ctx.c + 1) * ctx.s.C > post.f)
+
+
+def _computed_bmc(ctx, sts, trs):
+    return z3.Or([_computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
+
+
+def _computed_lemmas(ctx, pre, tr, post):
+    """The step's storable count ends at or before the computed tokens, and a
+    submitted chunk lies below it (each rule's ``c < n``); steps that store
+    nothing submit nothing."""
+    from kvreach.spec.lifecycle import TRANSITIONS
+
+    quiet = z3.Or([tr.kind == t.kind for t in TRANSITIONS if not t.stores])
+    return [z3.Implies(z3.Not(tr.finished), running(ctx, post)),
+            z3.Implies(z3.Not(quiet), tr.n * ctx.s.C <= post.f),
+            z3.Implies(tr.submitted, ctx.c < tr.n),
+            z3.Implies(tr.submitted, (ctx.c + 1) * ctx.s.C <= tr.n * ctx.s.C),
+            z3.Implies(quiet, z3.Not(tr.submitted)),
+            z3.Implies(tr.submitted, (ctx.c + 1) * ctx.s.C <= post.f)]
+
+
+def _refused_step(ctx, pre, tr, post):
+    """The manager refused a store that offered the chunk, the request runs
+    on, and the cursor moved past the chunk (it would never be offered again
+    in this incarnation)."""
+    return z3.And(tr.offered, tr.outcome == O_REFUSED, z3.Not(tr.finished), post.cursor > ctx.c)
+
+
+def _refused_bmc(ctx, sts, trs):
+    return z3.Or([_refused_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
+
+
+RESTART_OBLIGATIONS = [
+    Obligation(
+        "exactly-once-incarnation",
+        "Within one incarnation (between two offload lookups) no chunk is "
+        "submitted twice, abort reconsideration, loads, refusals and partial "
+        "stores included.",
+        "lifecycle", step_violation=_once_inc_step, bmc_violation=_once_inc_bmc,
+        model_specific=False, rules=RULES, world="vllm", invariant=incarnation_invariant,
+        bmc_depths=(1, 2, 3),
+    ),
+    Obligation(
+        "exactly-once-restarts",
+        "No chunk is submitted twice over the request's incarnations (expected "
+        "to fail: every lookup resets next_stored_chunk_idx to 0 and offers the "
+        "computed chunks again; prepare_store's de-duplication is what keeps "
+        "them from being transferred twice).",
+        "lifecycle", step_violation=_once_step, bmc_violation=_once_bmc,
+        model_specific=False, rules=RULES, world="vllm", invariant=running,
+        bmc_depths=(5,),
+    ),
+    Obligation(
+        "computed-before-stored-restarts",
+        "No chunk is submitted before all of its tokens are computed in the "
+        "step's incarnation ((c + 1) * chunk_tokens <= num_computed_tokens), "
+        "over any number of incarnations.",
+        "lifecycle", step_violation=_computed_step, bmc_violation=_computed_bmc,
+        model_specific=False, rules=RULES, world="vllm", invariant=running,
+        bmc_depths=(1, 2, 3), lemmas=_computed_lemmas,
+    ),
+    Obligation(
+        "refused-retried",
+        "A chunk offered to a prepare_store that returns None (refused) is not "
+        "passed by the cursor while the request runs (next_stored_chunk_idx "
+        "stays at or below it), so the next store step of the incarnation whose "
+        "mask keeps it offers it again.",
+        "lifecycle", step_violation=_refused_step, bmc_violation=_refused_bmc,
+        model_specific=False, rules=RULES, world="vllm", invariant=running,
+        bmc_depths=(1, 2, 3),
+    ),
+]
