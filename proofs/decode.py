@@ -14,7 +14,7 @@ from kvreach.params import GroupConfig, RequestConfig
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
 from kvreach.proofs.scenarios import PR_54362
 from kvreach.spec.config import R_NONE, to_concrete
-from kvreach.spec.lifecycle import K_PREFILL, KINDS
+from kvreach.spec.lifecycle import K_PREFILL, K_START, K_START_LOADED, KINDS, O_ACCEPT
 
 def pr_example_pins(ctx) -> list:
     """PR #54362's worked example (``scenarios.PR_54362``): full-attention
@@ -31,7 +31,9 @@ def pr_example_pins(ctx) -> list:
 
 def scheduler_cut(ctx, sts, trs) -> list:
     """Prefill steps take ``min(budget, remaining)`` tokens, as vLLM's
-    scheduler does for a lone request."""
+    scheduler does for a lone request. World "vllm": a plain manager and
+    request first (every store accepted, no null block, blocks allocated for
+    every storable chunk, no shared-prefix boundary)."""
     s = ctx.s
     out = []
     for pre, t in zip(sts, trs):
@@ -39,6 +41,12 @@ def scheduler_cut(ctx, sts, trs) -> list:
         out.append(z3.Implies(
             t.kind == K_PREFILL, t.sched == z3.If(ctx.budget <= rem, ctx.budget, rem),
         ))
+        if t.outcome is not None:
+            out += [t.outcome == O_ACCEPT, z3.Not(t.null), t.shared_prefix_boundary == 0,
+                    t.allocated_chunks >= s.P + ctx.budget,
+                    # a hit of at most num_tokens - 1 of a request not past its prompt
+                    z3.Implies(z3.Or(t.kind == K_START, t.kind == K_START_LOADED),
+                               t.sched <= s.P - 1)]
     return out
 
 

@@ -503,7 +503,8 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     # reported unknown (_rest_on), so no row waits for the invariant rows.
     # only the invariants a selected row needs (or that are selected)
     needed = {r for name, r, _ in todo
-              if OBLIGATIONS[name].kind == "lifecycle" and r in rules}
+              if OBLIGATIONS[name].kind == "lifecycle" and OBLIGATIONS[name].world == "single"
+              and r in rules}
     invs = [("invariant", r, "any") for r in rules if r in needed]
     rest = [key for key in todo if key not in invs]
     assume = {r: True for r in rules}

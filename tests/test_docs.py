@@ -195,6 +195,8 @@ def spec_element_users() -> dict[str, set[str]]:
                 O.lifecycle_step_query(ob, ctx)
                 if name == "invariant":
                     O.invariant_base_query(_ctx(rule, model))
+                elif ob.world != "single":  # world "vllm": the row's own base case
+                    O.invariant_base_query(_ctx(rule, model), ob)
     finally:
         sys.setprofile(None)
         SymConfig.__getattribute__ = orig

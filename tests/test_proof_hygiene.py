@@ -63,7 +63,8 @@ def _falsify_premise(monkeypatch, name: str) -> None:
         orig_base = runner.invariant_base_query
         monkeypatch.setattr(
             runner, "invariant_base_query",
-            lambda ctx: Query(orig_base(ctx).premise + [FALSE], orig_base(ctx).violation),
+            lambda ctx, ob_=None: Query(orig_base(ctx, ob_).premise + [FALSE],
+                                        orig_base(ctx, ob_).violation),
         )
 
 
@@ -144,6 +145,7 @@ def test_vacuity_check_false_for_unsat_premise(name, monkeypatch, no_mutant):
 # chunk-mask-closed-form's proof needs the runner's case splits (~70 s): slow.
 CHEAP = [
     "exactly-once", "computed-before-stored", "load-window-blocks",
+    "exactly-once-restarts", "refused-retried", "computed-before-stored-restarts",
     pytest.param("chunk-mask-closed-form", marks=pytest.mark.slow),
 ]
 

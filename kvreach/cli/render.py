@@ -278,6 +278,8 @@ def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
     if depth is not None:
         t.add_row("BMC depth (steps)", str(depth))
     out.print(t)
+    if cex.get("replay") is not None:  # world "vllm": run_vllm's steps
+        _print_vllm_replay(out, cex)
     trace = cex.get("trace")
     if trace is None:
         return
@@ -303,6 +305,21 @@ def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
         v = cex["vllm_replay"]
         out.print(f"vLLM 0.33.0 replay: offload hit {v['hit_tokens']} with the rule's stores, "
                   f"{v['dense_hit_tokens']} with dense stores", markup=False, soft_wrap=True)
+
+
+def _print_vllm_replay(out: Console, cex: dict) -> None:
+    """A world-"vllm" counterexample replayed by ``kvreach.impl.lifecycle.run_vllm``."""
+    t = Table(title="replayed steps (world vllm)", title_justify="left")
+    for col in ("step", "kind", "tokens", "incarnation", "frontier", "cursor",
+                "prepare_store", "offered", "submitted"):
+        t.add_column(col)
+    for i, (st, x) in enumerate(zip(cex["plan"], cex["replay"]), 1):
+        t.add_row(str(i), x["kind"], str(st["scheduled_tokens"]), str(x["incarnation"]),
+                  "{} -> {}".format(*x["f"]), "{} -> {}".format(*x["cursor"]), st["outcome"],
+                  ranges(x["offered"]), ranges(x["submitted"]))
+    out.print(t)
+    out.print(f"[bold]replayed violation chunks[/]: {ranges(cex.get('replayed_violation') or [])}",
+              soft_wrap=True)
 
 
 def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:

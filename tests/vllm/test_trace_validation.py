@@ -409,6 +409,7 @@ def run_one(model_dir: str, seed: int, totals: Totals, n_requests: int = 30) -> 
         req = RequestConfig(t.prompt, None, setup.offload_prompt_only)
         for gi, steps in t.groups.items():
             checker = _checker(setup, gi, req)
+            _count_reoffers(totals, steps)
             prev = None
             for i, st in enumerate(steps):
                 totals.steps += 1
@@ -424,6 +425,21 @@ def run_one(model_dir: str, seed: int, totals: Totals, n_requests: int = 30) -> 
                 if why:
                     totals.failures.append(_describe(seed, setup, rid, gi, steps, i, why))
                 prev = st
+
+
+def _count_reoffers(totals, steps) -> None:
+    """F10 on the real scheduler: a chunk the manager accepted in one
+    incarnation (between two lookups) offered again in a later one."""
+    accepted_before: set = set()
+    this: set = set()
+    for st in steps:
+        if st.kind == "lookup":
+            accepted_before |= this
+            this = set()
+        again = st.offered & accepted_before
+        if again:
+            totals.sub["store steps re-offering chunks accepted in an earlier incarnation (F10)"] += 1
+        this |= st.accepted
 
 
 _CHECKERS: dict = {}
@@ -485,6 +501,8 @@ def _validate(model_dir, seeds):
         run_one(model_dir, seed, totals)
     print(report(totals))
     assert not totals.failures, "\n\n".join(totals.failures[:8]) + "\n\n" + report(totals)
+    assert totals.sub["store steps re-offering chunks accepted in an earlier incarnation (F10)"], \
+        report(totals)
     missing = [k for k in lc.KINDS if totals.kinds[k] == 0]
     assert not missing, f"transition kinds never seen: {missing}\n{report(totals)}"
     return totals

@@ -1,0 +1,196 @@
+"""impl == spec in world "vllm" (issue 11 item 4): every step of
+``kvreach.impl.lifecycle.run_vllm`` (preempt, lookup, start / loaded with a
+hit, recompute, decode and decode-async, finish, abort; prepare_store
+accepting, taking a subset or refusing; null blocks; a shared-prefix boundary;
+the allocated-chunk cap) is a transition of
+``kvreach.spec.lifecycle.transition(world="vllm")`` with its values pinned,
+and the spec offers and submits exactly the chunks the impl does."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm, vllm_step
+from kvreach.params import RULES, ParamError
+from kvreach.spec import lifecycle as lc
+from kvreach.spec.config import SymConfig
+
+from test_impl_equals_spec import configs
+
+KIND = {t.name: t.kind for t in lc.TRANSITIONS}
+BUDGET = 10**6  # the plans below choose step sizes; the spec's budget guard is not in play
+
+
+def _member(c, values) -> z3.BoolRef:
+    return z3.Or([c == v for v in sorted(values)]) if values else z3.BoolVal(False)
+
+
+class Checker:
+    def __init__(self, rule, g, r):
+        s = SymConfig.fresh()
+        self.pre = lc.State(z3.Int("f_pre"), z3.Int("cursor_pre"), z3.Bool("stored_pre"),
+                            z3.BoolVal(False))
+        self.post = lc.State(z3.Int("f_post"), z3.Int("cursor_post"), z3.Bool("stored_post"),
+                             z3.Bool("ended_post"))
+        self.c = z3.Int("chunk")
+        self.tr = lc.transition(s, rule, self.pre, self.post, self.c, z3.IntVal(BUDGET), "t",
+                                world="vllm")
+        self.solver = z3.SimpleSolver()
+        self.solver.add(s.well_formed(), s.equals(g, r), self.tr.constraints)
+
+    def check(self, st: VllmStep, f, cursor, f2, cursor2, offered, submitted) -> str | None:
+        tr, c = self.tr, self.c
+        pins = [tr.kind == KIND[st.kind], tr.sched == st.scheduled_tokens,
+                tr.outcome == OUTCOMES.index(st.outcome),
+                self.pre.f == f, self.pre.cursor == cursor,
+                self.post.f == f2, self.post.cursor == cursor2,
+                tr.shared_prefix_boundary == st.shared_prefix_boundary,
+                tr.allocated_chunks == (BUDGET if st.allocated_chunks is None
+                                        else st.allocated_chunks),
+                tr.accepted == _member(c, st.accepted), tr.null == _member(c, st.null)]
+        self.solver.push()
+        try:
+            self.solver.add(*pins)
+            self.solver.push()
+            self.solver.add(c == min(offered, default=0))
+            if self.solver.check() != z3.sat:
+                return "not a transition of the spec"
+            self.solver.pop()
+            self.solver.add(c >= 0, z3.Or(tr.offered != _member(c, offered),
+                                          tr.submitted != _member(c, submitted)))
+            r = self.solver.check()
+            if r == z3.sat:
+                return f"chunk {self.solver.model().eval(c)} differs"
+            return None if r == z3.unsat else str(r)
+        finally:
+            self.solver.pop()
+
+
+@st.composite
+def plans(draw, rule, g, r):
+    """A plan of steps enabled in the state the impl reaches (the spec's
+    guards), from frontier 0 and cursor 0."""
+    P, C = r.prompt_tokens, g.chunk_tokens
+    f = cursor = 0
+    out = []
+    chunks = st.frozensets(st.integers(0, (P + 40) // C + 2), max_size=4)
+    for _ in range(draw(st.integers(1, 7))):
+        kinds = ["preempt", "abort", "recompute"]
+        if f < P:
+            kinds.append("prefill")
+        if f >= P:
+            kinds += ["decode", "decode-async", "finish"]
+        if f == 0:
+            kinds.append("lookup")
+        if f == 0 and cursor == 0:
+            kinds += ["start", "loaded"]
+        k = draw(st.sampled_from(kinds))
+        s = 0
+        if k == "prefill":
+            s = draw(st.integers(1, P - f))
+        elif k == "recompute":
+            s = draw(st.integers(max(1, P - f + 1), max(1, P - f + 1) + 40))
+        elif k in ("start", "loaded"):
+            s = draw(st.integers(1 if k == "loaded" else 0, P + 8))
+        elif k in ("decode", "decode-async"):
+            s = 1
+        quiet = k in ("preempt", "lookup", "start", "loaded")  # no prepare_store call
+        step = VllmStep(k, s, "accept" if quiet else draw(st.sampled_from(OUTCOMES)),
+                        draw(chunks), draw(chunks),
+                        draw(st.sampled_from([0, 0, P // 2 + 1, P + 3])),
+                        draw(st.one_of(st.none(), st.integers(0, (P + 40) // C + 2))))
+        out.append(step)
+        f, cursor, _, _, ends = vllm_step(rule, g, r, f, cursor, step)
+        if ends:
+            break
+    return out
+
+
+SETTINGS = dict(deadline=None, max_examples=300,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@settings(**SETTINGS)
+@given(cfg=configs(max_prompt=60), data=st.data())
+def test_run_vllm_steps_are_spec_transitions(cfg, data):
+    g, r = cfg
+    for rule in RULES:
+        plan = data.draw(plans(rule, g, r), label=f"plan {rule}")
+        chk = Checker(rule, g, r)
+        for x in run_vllm(rule, g, r, plan):
+            event(x.step.kind)
+            if x.submitted != x.offered:
+                event("store outcome " + x.step.outcome)
+            if x.step.shared_prefix_boundary and x.offered:
+                event("a shared-prefix boundary")
+            why = chk.check(x.step, x.f_before, x.cursor_before, x.f_after, x.cursor_after,
+                            set(x.offered), set(x.submitted))
+            assert why is None, (rule, g, r, x, why)
+
+
+def test_a_refused_store_keeps_the_cursor():
+    """The concrete F10 / refused-retried picture, by hand."""
+    from kvreach.params import GroupConfig, RequestConfig
+
+    g = GroupConfig(block_size=4, window=16, alignment_tokens=36)
+    r = RequestConfig(1200, None, True)
+    steps = run_vllm("vllm-0.33", g, r, [
+        VllmStep("prefill", 1000, "refused"), VllmStep("prefill", 200),
+        VllmStep("preempt"), VllmStep("lookup"), VllmStep("prefill", 1000), VllmStep("abort")])
+    assert steps[0].offered and not steps[0].submitted and steps[0].cursor_after == 0
+    assert set(steps[0].offered) <= set(steps[1].submitted)  # retried next step
+    assert steps[3].cursor_after == 0 and steps[3].incarnation == steps[0].incarnation + 1
+    assert set(steps[4].submitted) & set(steps[1].submitted)  # offered again (F10)
+    with pytest.raises(ParamError, match="lookup"):
+        run_vllm("vllm-0.33", g, r, [VllmStep("prefill", 10), VllmStep("lookup")])
+
+
+def _plan_cases():
+    from kvreach.params import GroupConfig, RequestConfig
+
+    pr = GroupConfig(block_size=4, window=16, alignment_tokens=36)
+    dense = GroupConfig(block_size=4, window=16, alignment_tokens=None)
+    ret0 = GroupConfig(block_size=8, window=6, alignment_tokens=24, blocks_per_chunk=2,
+                       retention_interval=0)
+    return {
+        # F9: at frontier 7 -> 8 the async step sees num_tokens 7: chunk 1 waits
+        "decode-async crossing a chunk": (dense, RequestConfig(5, None, False), [
+            VllmStep("prefill", 5), VllmStep("decode", 1), VllmStep("decode", 1),
+            VllmStep("decode-async", 1), VllmStep("decode-async", 1)], [(3, ()), (4, (1,))]),
+        # F8: seed 0, r0-22's first prefill step offers chunk 1 (boundary 24)
+        "shared_prefix_boundary tail": (ret0, RequestConfig(120, None, True), [
+            VllmStep("prefill", 74, shared_prefix_boundary=24)], [(0, (1,))]),
+        "allocated-chunk cap": (dense, RequestConfig(40, None, True), [
+            VllmStep("prefill", 40, allocated_chunks=3)], [(0, (0, 1, 2))]),
+        "null block and partial store": (dense, RequestConfig(40, None, True), [
+            VllmStep("prefill", 40, "partial", accepted=frozenset({0, 2}), null=frozenset({1}))],
+            [(0, (0, 2, 3, 4, 5, 6, 7, 8, 9))]),
+        "loaded start moves the cursor": (pr, RequestConfig(1200, None, True), [
+            VllmStep("lookup"), VllmStep("loaded", 72), VllmStep("prefill", 1000)], []),
+        "refused, then retried": (pr, RequestConfig(1200, None, True), [
+            VllmStep("prefill", 1000, "refused"), VllmStep("prefill", 200)], [(0, (5, 6, 7, 8))]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_plan_cases()))
+def test_directed_plans_equal_spec(case):
+    g, r, plan, offered = _plan_cases()[case]
+    for rule in RULES:
+        steps = run_vllm(rule, g, r, plan)
+        chk = Checker(rule, g, r)
+        for x in steps:
+            why = chk.check(x.step, x.f_before, x.cursor_before, x.f_after, x.cursor_after,
+                            set(x.offered), set(x.submitted))
+            assert why is None, (rule, x, why)
+        if rule == "vllm-0.33":
+            for i, first in offered:
+                assert steps[i].offered[:len(first)] == first, (i, steps[i])
+        if rule == "vllm-0.33" and case == "null block and partial store":
+            assert steps[0].submitted == (0, 2)
+        if rule == "vllm-0.33" and case == "allocated-chunk cap":
+            assert steps[0].offered == (0, 1, 2) and steps[0].cursor_after == 3
+    if case == "loaded start moves the cursor":
+        assert steps[1].cursor_after == 18  # cdiv(72, 4)
