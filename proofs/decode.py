@@ -209,14 +209,22 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
 def vllm_violation(steps, obligation: str, g: GroupConfig) -> list[int]:
     """Chunks witnessing a world-"vllm" obligation's violation in a replayed
     ``run_vllm`` trace."""
-    if obligation in ("exactly-once-restarts", "exactly-once-incarnation"):
+    if obligation == "exactly-once-incarnation":  # accepted, then offered again
+        accepted: set = set()
+        out: set = set()
+        inc = None
+        for x in steps:
+            if x.incarnation != inc:
+                accepted, inc = set(), x.incarnation
+            out |= set(x.offered) & accepted
+            accepted |= set(x.submitted)
+        return sorted(out)
+    if obligation == "exactly-once-restarts":
         seen, twice = set(), set()
         for x in steps:
-            key = (lambda c: c) if obligation == "exactly-once-restarts" else \
-                (lambda c, i=x.incarnation: (i, c))
             for c in x.submitted:
-                (twice if key(c) in seen else seen).add(key(c))
-        return sorted({k if isinstance(k, int) else k[1] for k in twice})
+                (twice if c in seen else seen).add(c)
+        return sorted(twice)
     if obligation == "computed-before-stored-restarts":
         return sorted({c for x in steps for c in x.submitted
                        if (c + 1) * g.chunk_tokens > x.f_after})

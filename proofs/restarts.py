@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import z3
 
-from kvreach.proofs.obligations import Ctx, Obligation
+from kvreach.proofs.obligations import OBLIGATIONS, Ctx, Obligation
 from kvreach.spec import mask
 from kvreach.spec.config import R_NONE
 from kvreach.spec.lifecycle import O_REFUSED
@@ -52,11 +52,13 @@ def incarnation_invariant(ctx: Ctx, st) -> z3.BoolRef:
 
 
 def _once_inc_step(ctx, pre, tr, post):
-    return z3.And(pre.stored_inc, tr.submitted)
+    """A chunk the manager accepted in this incarnation is offered again in it
+    (stronger than submitted twice: submitted implies offered)."""
+    return z3.And(pre.stored_inc, tr.offered)
 
 
 def _once_inc_bmc(ctx, sts, trs):
-    return z3.Or([z3.And(sts[i].stored_inc, trs[i].submitted) for i in range(len(trs))])
+    return z3.Or([_once_inc_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
 
 
 def _once_step(ctx, pre, tr, post):
@@ -107,8 +109,9 @@ def _refused_bmc(ctx, sts, trs):
 RESTART_OBLIGATIONS = [
     Obligation(
         "exactly-once-incarnation",
-        "Within one incarnation (between two offload lookups) no chunk is "
-        "submitted twice, abort reconsideration, loads, refusals and partial "
+        "Within one incarnation (between two offload lookups) no chunk the "
+        "manager accepted is offered to prepare_store again (so none is "
+        "submitted twice), abort reconsideration, loads, refusals and partial "
         "stores included.",
         "lifecycle", step_violation=_once_inc_step, bmc_violation=_once_inc_bmc,
         model_specific=False, rules=RULES, world="vllm", invariant=incarnation_invariant,
@@ -144,3 +147,5 @@ RESTART_OBLIGATIONS = [
         bmc_depths=(1, 2, 3),
     ),
 ]
+
+OBLIGATIONS.update({o.name: o for o in RESTART_OBLIGATIONS})

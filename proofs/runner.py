@@ -351,13 +351,17 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     else:
         ctx = _ctx(rule, model)
         q = lifecycle_step_query(ob, ctx)
-        r = z3.unsat
+        r = rq = z3.unsat
         for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
-            rl, _ = _decide(lq, ctx, True, meter)
-            r = rl if rl != z3.unsat and r == z3.unsat else r
-        if r == z3.unsat:
+            r, _ = _decide(lq, ctx, True, meter)
+            if r != z3.unsat:
+                rq = None  # a lemma fails: the main query is not run
+                break
+        if rq is not None:
             r, _ = _decide(q, ctx, True, meter)
-        non_vacuous = _non_vacuous(q, ctx, r, True, meter)
+            rq = r
+        # non-vacuity is the main query's premise's (a lemma's model is not one)
+        non_vacuous = _non_vacuous(q, ctx, rq, True, meter)
         if name == "invariant" or ob.world != "single":
             bq = invariant_base_query(ctx, None if name == "invariant" else ob)
             rb, _ = _decide(bq, ctx, True, meter)
