@@ -50,9 +50,9 @@ def counterexample(
         raise CliError("--load-model", "(missing)",
                        f"one of {', '.join(LOAD_MODELS)} for '{obligation}'")
     if plot_file is not None:
-        if ob.kind == "static" and obligation not in MAPPABLE_STATIC:
+        if (ob.kind == "static" and obligation not in MAPPABLE_STATIC) or ob.world != "single":
             raise CliError("--plot", plot_file,
-                           "a lifecycle obligation or " + ", ".join(MAPPABLE_STATIC)
+                           "a lifecycle obligation of world single or " + ", ".join(MAPPABLE_STATIC)
                            + f" ('{obligation}' has no chunk map)")
         _plot_paths("--plot", plot_file)
     t0 = time.perf_counter()
