@@ -13,7 +13,7 @@ import itertools
 
 import z3
 
-from kvreach.spec.config import R_NONE, R_ZERO
+from kvreach.params import RetentionMode
 from kvreach.spec.lifecycle import K_FINISH
 
 EXPECTED = "expected.toml"  # the expected-verdict table, in the kvreach.proofs package
@@ -67,7 +67,8 @@ def cube(ctx, lifecycle: bool) -> list[list]:
     s = ctx.s
     dims = [
         [s.eagle, z3.Not(s.eagle)],
-        [s.rmode == R_NONE, s.rmode == R_ZERO, z3.And(s.rmode != R_NONE, s.rmode != R_ZERO)],
+        [s.retention_mode == RetentionMode.NONE, s.retention_mode == RetentionMode.ZERO,
+         z3.And(s.retention_mode != RetentionMode.NONE, s.retention_mode != RetentionMode.ZERO)],
     ]
     if lifecycle:
         kind = z3.Int("kind_t")

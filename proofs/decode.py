@@ -10,10 +10,10 @@ import z3
 from kvreach.impl.lifecycle import Lifecycle, Trace, run
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_window
-from kvreach.params import GroupConfig, RequestConfig
+from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
 from kvreach.proofs.scenarios import PR_54362
-from kvreach.spec.config import R_NONE, to_concrete
+from kvreach.spec.config import to_concrete
 from kvreach.spec.lifecycle import K_PREFILL, K_START, K_START_LOADED, KINDS, O_ACCEPT
 
 def pr_example_pins(ctx) -> list:
@@ -24,7 +24,7 @@ def pr_example_pins(ctx) -> list:
     s, ex = ctx.s, PR_54362
     return [
         s.B == ex.swa_block_size, s.W == ex.window, s.has_align, s.A == ex.alignment_tokens,
-        s.bpc == ex.blocks_per_chunk, z3.Not(s.eagle), s.rmode == R_NONE, s.P == ex.prompt,
+        s.bpc == ex.blocks_per_chunk, z3.Not(s.eagle), s.retention_mode == RetentionMode.NONE, s.P == ex.prompt,
         s.prompt_only, z3.Not(s.has_max), ctx.budget == ex.budget,
     ]
 

@@ -17,8 +17,9 @@ from typing import Callable
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.spec import load, mask
-from kvreach.spec.config import R_NONE, R_POS, SymConfig, _max, _min
+from kvreach.spec.config import SymConfig, _max, _min
 from kvreach.spec.lifecycle import (
     K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition,
 )
@@ -267,7 +268,8 @@ def promised(ctx: Ctx, t) -> z3.BoolRef:
     end = lk.local_hit_tokens + t.hit_tokens
     repeated = z3.And(lk.num_tokens == s.P, ctx.shared == s.P, lk.local_hit_tokens == 0,
                       z3.Not(lk.has_max_load))
-    return z3.Or(s.rmode == R_NONE, z3.And(s.rmode == R_POS, end % (s.Rc * s.C) == 0), repeated)
+    return z3.Or(s.retention_mode == RetentionMode.NONE,
+                 z3.And(s.retention_mode == RetentionMode.POSITIVE, end % (s.Rc * s.C) == 0), repeated)
 
 
 def _hit_step(ctx: Ctx, pre, tr, post):

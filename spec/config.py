@@ -14,7 +14,8 @@ Boolean; ``well_formed()`` states what vLLM 0.33.0 accepts. Units:
 - alignment: ``A = psA * B`` (``alignment_tokens`` representable per block) or
   none. ``alignment_tokens % B != 0`` (vLLM's deliberate dense fallback) is
   outside the symbolic scope; see docs/spec.md.
-- retention: ``rmode`` None / 0 / >0 with ``R = Rc * C`` (vLLM requires a
+- retention: ``retention_mode``, a ``kvreach.params.RetentionMode`` (NONE / ZERO /
+  POSITIVE: interval None / 0 / >0) as a Z3 integer, with ``R = Rc * C`` (vLLM requires a
   multiple of the SWA chunk, ``SchedulerOffloadConfig.from_spec``).
 """
 
@@ -24,9 +25,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvreach.params import GroupConfig, RequestConfig
-
-R_NONE, R_ZERO, R_POS = 0, 1, 2
+from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 
 
 @dataclass
@@ -40,7 +39,7 @@ class SymConfig:
     has_align: z3.BoolRef
     psA: z3.ArithRef
     A: z3.ArithRef
-    rmode: z3.ArithRef
+    retention_mode: z3.ArithRef
     Rc: z3.ArithRef
     P: z3.ArithRef
     has_max: z3.BoolRef
@@ -55,7 +54,7 @@ class SymConfig:
         return SymConfig(
             B=B, W=I("window"), need0=I("need0"), eagle=Bo("eagle"), bpc=bpc,
             C=I("chunk_tokens"), has_align=Bo("has_alignment"), psA=psA,
-            A=I("alignment_tokens"), rmode=I("retention_mode"),
+            A=I("alignment_tokens"), retention_mode=I("retention_mode"),
             Rc=I("retention_chunks"), P=I("prompt_tokens"),
             has_max=Bo("has_max_offload"), max_off=I("max_offload_tokens"),
             prompt_only=Bo("offload_prompt_only"),
@@ -78,19 +77,19 @@ class SymConfig:
         alignment every chunk boundary (the load side's granularity)."""
         return z3.If(
             z3.Not(self.has_align), self.bpc,
-            z3.If(self.rmode == R_POS, self.Rc * self.bpc, self.psA),
+            z3.If(self.retention_mode == RetentionMode.POSITIVE, self.Rc * self.bpc, self.psA),
         )
 
     @property
     def has_segments(self) -> z3.BoolRef:
-        return z3.Or(z3.Not(self.has_align), self.rmode != R_ZERO)
+        return z3.Or(z3.Not(self.has_align), self.retention_mode != RetentionMode.ZERO)
 
     @property
     def dense(self) -> z3.BoolRef:
         """``reachable_block_mask`` returns None."""
         return z3.Or(
             z3.Not(self.has_align),
-            z3.And(self.rmode != R_ZERO, self.need >= self.seg),
+            z3.And(self.retention_mode != RetentionMode.ZERO, self.need >= self.seg),
         )
 
     @property
@@ -128,9 +127,9 @@ class SymConfig:
             self.need0 >= 0,
             (self.need0 - 1) * self.B < self.W - 1, self.W - 1 <= self.need0 * self.B,
             self.psA >= 1, self.A == self.psA * self.B,
-            z3.Or(self.rmode == R_NONE, self.rmode == R_ZERO, self.rmode == R_POS),
+            z3.Or([self.retention_mode == m for m in RetentionMode]),
             self.Rc >= 1,
-            z3.Implies(z3.Not(self.has_align), self.rmode == R_NONE),
+            z3.Implies(z3.Not(self.has_align), self.retention_mode == RetentionMode.NONE),
             self.P >= 1, self.max_off >= 0,
         )
 
@@ -149,11 +148,12 @@ class SymConfig:
         if r.max_offload_tokens is not None:
             eqs.append(self.max_off == r.max_offload_tokens)
         if g.retention_interval is None:
-            eqs.append(self.rmode == R_NONE)
+            eqs.append(self.retention_mode == RetentionMode.NONE)
         elif g.retention_interval == 0:
-            eqs.append(self.rmode == R_ZERO)
+            eqs.append(self.retention_mode == RetentionMode.ZERO)
         else:
-            eqs += [self.rmode == R_POS, self.Rc * g.chunk_tokens == g.retention_interval]
+            eqs += [self.retention_mode == RetentionMode.POSITIVE,
+                    self.Rc * g.chunk_tokens == g.retention_interval]
         return z3.And(eqs)
 
 
@@ -169,15 +169,15 @@ def to_concrete(m: z3.ModelRef, s: SymConfig) -> tuple[GroupConfig, RequestConfi
     """Decode a model into the concrete configuration (block_size = B, DCP 1)."""
     v = lambda x: m.eval(x, model_completion=True).as_long()  # noqa: E731
     b = lambda x: z3.is_true(m.eval(x, model_completion=True))  # noqa: E731
-    rmode = v(s.rmode)
+    retention_mode = v(s.retention_mode)
     has_align = b(s.has_align)
     g = GroupConfig(
         block_size=v(s.B), window=v(s.W),
         alignment_tokens=v(s.A) if has_align else None,
         blocks_per_chunk=v(s.bpc), eagle=b(s.eagle),
         retention_interval=(
-            None if rmode == R_NONE or not has_align
-            else 0 if rmode == R_ZERO else v(s.Rc) * v(s.C)
+            None if retention_mode == RetentionMode.NONE or not has_align
+            else 0 if retention_mode == RetentionMode.ZERO else v(s.Rc) * v(s.C)
         ),
     )
     r = RequestConfig(

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import z3
 
-from kvreach.spec.config import R_NONE, SymConfig, _max
+from kvreach.params import RetentionMode
+from kvreach.spec.config import SymConfig, _max
 
 
 def in_tail(s: SymConfig, i) -> z3.BoolRef:
@@ -47,7 +48,7 @@ def in_replay_tail(s: SymConfig, i) -> z3.BoolRef:
     """With a retention interval: the ``need`` blocks ending at the replay
     boundary (``reachable_boundaries``)."""
     end = s.replay_end_block()
-    return z3.And(s.rmode != R_NONE, end - s.need <= i, i < end)
+    return z3.And(s.retention_mode != RetentionMode.NONE, end - s.need <= i, i < end)
 
 
 def block_reachable(s: SymConfig, i, F=None) -> z3.BoolRef:
@@ -94,10 +95,10 @@ def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
             _interval_meets_chunk(s, c, lo, hi),
         ))
     end = s.replay_end_block()
-    parts.append(z3.And(s.rmode != R_NONE, _interval_meets_chunk(s, c, end - s.need, end)))
+    parts.append(z3.And(s.retention_mode != RetentionMode.NONE, _interval_meets_chunk(s, c, end - s.need, end)))
     for b in boundaries:
         end = s.replay_end_block(b)
-        parts.append(z3.And(s.rmode != R_NONE, b > 0,
+        parts.append(z3.And(s.retention_mode != RetentionMode.NONE, b > 0,
                             _interval_meets_chunk(s, c, end - s.need, end)))
     return z3.Or(parts)
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.spec import mask
-from kvreach.spec.config import R_NONE, R_POS, R_ZERO, SymConfig, _max, _min
+from kvreach.spec.config import SymConfig, _max, _min
 
 
 @dataclass
@@ -42,7 +43,7 @@ def finish_tokens(s: SymConfig, rule: str, num_tokens) -> z3.ArithRef:
 def no_final_segment(s: SymConfig) -> z3.BoolRef:
     """``_build_store_jobs`` hands the mask no final segment end: a retention
     interval is set or the group is EAGLE."""
-    return z3.Or(s.eagle, s.rmode != R_NONE)
+    return z3.Or(s.eagle, s.retention_mode != RetentionMode.NONE)
 
 
 def final_segment_end(s: SymConfig, H) -> z3.ArithRef:
@@ -77,7 +78,7 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     horizon = n if horizon_at_frontier else z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
     has_horizon = z3.And(z3.Not(no_final_segment(s)), horizon >= 0)
     reconsider = z3.And(
-        finished, n != Hp, s.rmode == R_NONE, s.has_align, z3.Not(s.eagle),
+        finished, n != Hp, s.retention_mode == RetentionMode.NONE, s.has_align, z3.Not(s.eagle),
     )
     start = z3.If(reconsider, _min(cursor, partial_segment_start(s, n)), cursor)
     reach = z3.If(
@@ -112,11 +113,11 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
 
     C, ew = s.C, s.e
     ws = cdiv(s.W, C) + ew - short_by
-    seg_c = z3.If(s.rmode == R_POS, s.Rc, s.A / C)
+    seg_c = z3.If(s.retention_mode == RetentionMode.POSITIVE, s.Rc, s.A / C)
     k = (c + ws) / seg_c
-    in_seg = z3.And(s.rmode != R_ZERO, k >= 1, k * seg_c > c - ew)
+    in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * seg_c > c - ew)
     b = s.prompt_offloadable / s.A * (s.A / C)
-    in_replay = z3.And(s.rmode != R_NONE, b >= 1, b - ws <= c, c < b + ew)
+    in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, b - ws <= c, c < b + ew)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
 
 
