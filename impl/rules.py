@@ -434,16 +434,16 @@ def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int) -
     A, C = g.alignment_tokens, g.chunk_tokens
     if A is None or A % C:
         return True
-    ws, ew = lookup_window_chunks(g), g.shift
+    ws, shift = lookup_window_chunks(g), g.shift
     seg = g.segment_tokens
     if seg is not None:
         s_c = seg // C
         k = (c + ws) // s_c
-        if k >= 1 and k * s_c > c - ew:
+        if k >= 1 and k * s_c > c - shift:
             return True
     if g.retention_interval is not None:
         b = prompt_offloadable_tokens // A * (A // C)
-        if b >= 1 and b - ws <= c < b + ew:
+        if b >= 1 and b - ws <= c < b + shift:
             return True
     return False
 

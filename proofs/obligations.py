@@ -95,7 +95,7 @@ def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
     the offload cap (prompt horizon with offload_prompt_only; max_offload_tokens;
     else unbounded: decode may go on)."""
     s = ctx.s
-    lo = tr.n - (s.e if ctx.rule == "vllm-0.29" else 0)
+    lo = tr.n - (s.shift if ctx.rule == "vllm-0.29" else 0)
     cap = z3.And(
         z3.Implies(s.prompt_only, ctx.H <= s.prompt_horizon),
         z3.Implies(s.has_max, ctx.H <= s.max_off / s.C),
@@ -207,7 +207,7 @@ def _chunk_closed_form(ctx: Ctx):
     first = c * s.bpc
     lo, _ = mask.final_tail_bounds(s, F)
     end = s.replay_end_block()
-    r = (first + s.bpc - 1 - s.e) % s.seg
+    r = (first + s.bpc - 1 - s.shift) % s.seg
     witnesses = [
         s.bpc - 1, s.bpc - 1 - r - 1,
         z3.If(lo > first, lo - first, 0),

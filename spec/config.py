@@ -62,14 +62,14 @@ class SymConfig:
 
     # --- derived --------------------------------------------------------
     @property
-    def e(self) -> z3.ArithRef:
+    def shift(self) -> z3.ArithRef:
         """EAGLE shift (``reachable_block_mask``: shift = 1 if use_eagle)."""
         return z3.If(self.eagle, 1, 0)
 
     @property
     def need(self) -> z3.ArithRef:
         """``_contiguous_blocks_for_hit`` at block B, EAGLE block included."""
-        return self.need0 + self.e
+        return self.need0 + self.shift
 
     @property
     def seg(self) -> z3.ArithRef:
@@ -119,7 +119,7 @@ class SymConfig:
         ``SlidingWindowManager.reachable_block_mask``): the boundary aligned
         down to ``alignment_tokens`` (default the replay boundary), plus shift."""
         b = self.replay_boundary if boundary_tokens is None else boundary_tokens / self.A * self.psA
-        return b + self.e
+        return b + self.shift
 
     def well_formed(self) -> z3.BoolRef:
         return z3.And(

@@ -42,7 +42,7 @@ MODELS = ("aligned", "intended")
 
 def requested_blocks(s: SymConfig, L):
     """``[lo, hi)`` blocks requested by a hit at block boundary ``L``."""
-    return _max(0, L - s.need0), L + s.e
+    return _max(0, L - s.need0), L + s.shift
 
 
 def chunk_requested(s: SymConfig, c, L) -> z3.BoolRef:
@@ -86,7 +86,7 @@ def segment_witness(s: SymConfig, c, early: int = 0):
     """The first segment boundary whose request can reach chunk ``c``: the
     smallest ``k >= 1`` with ``k * seg + shift > c * bpc``. ``early``: that
     many segments too early (a mutant only)."""
-    k = (c * s.bpc - s.e) / s.seg + (1 - early)
+    k = (c * s.bpc - s.shift) / s.seg + (1 - early)
     return z3.If(k >= 1, k, 1) * s.seg
 
 

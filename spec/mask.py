@@ -23,7 +23,7 @@ def in_tail(s: SymConfig, i) -> z3.BoolRef:
     """Segment-boundary tail: ``i >= shift and (i - shift) % per_segment >=
     per_segment - need``."""
     return z3.And(
-        s.has_segments, i >= s.e, (i - s.e) % s.seg >= s.seg - s.need,
+        s.has_segments, i >= s.shift, (i - s.shift) % s.seg >= s.seg - s.need,
     )
 
 
@@ -77,14 +77,14 @@ def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
     "vllm", finding F8)."""
     first = c * s.bpc
     last = first + s.bpc - 1
-    r = (last - s.e) % s.seg
+    r = (last - s.shift) % s.seg
     prev_tail_block = last - r - 1  # last block of the previous segment
     in_last_tail = r > s.seg - s.need if tail_off_by_one else r >= s.seg - s.need
     seg_hit = z3.And(
         s.has_segments, s.need >= 1,
         z3.Or(
-            z3.And(last >= s.e, in_last_tail),
-            z3.And(prev_tail_block >= first, prev_tail_block >= s.e),
+            z3.And(last >= s.shift, in_last_tail),
+            z3.And(prev_tail_block >= first, prev_tail_block >= s.shift),
         ),
     )
     parts = [s.dense, seg_hit]
@@ -119,5 +119,5 @@ def v029_chunk_reachable(s: SymConfig, c, storable, wc) -> z3.BoolRef:
     pos = c % acc
     seg_start = c - pos
     actual = z3.If(acc <= storable - seg_start, acc, storable - seg_start)
-    return z3.Or(dense, pos >= actual - (wc + s.e))
+    return z3.Or(dense, pos >= actual - (wc + s.shift))
 

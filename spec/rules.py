@@ -111,13 +111,13 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     number of chunks. ``short_by``: the mutant keeping a shorter run."""
     from kvreach.spec.lookup import cdiv
 
-    C, ew = s.C, s.e
-    ws = cdiv(s.W, C) + ew - short_by
+    C, shift = s.C, s.shift
+    ws = cdiv(s.W, C) + shift - short_by
     seg_c = z3.If(s.retention_mode == RetentionMode.POSITIVE, s.Rc, s.A / C)
     k = (c + ws) / seg_c
-    in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * seg_c > c - ew)
+    in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * seg_c > c - shift)
     b = s.prompt_offloadable / s.A * (s.A / C)
-    in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, b - ws <= c, c < b + ew)
+    in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, b - ws <= c, c < b + shift)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
 
 
