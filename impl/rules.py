@@ -350,11 +350,11 @@ def reconsider_start_chunk(g: GroupConfig, cursor: int, num_chunks: int) -> int:
     """Where an end-of-request reconsideration starts: the cursor, or the
     start of the final partial segment (``_final_swa_alignment_blocks``) when
     that is earlier."""
-    fab = g.final_alignment_blocks
-    assert fab is not None
+    final_alignment_blocks = g.final_alignment_blocks
+    assert final_alignment_blocks is not None
     bpc = g.blocks_per_chunk
-    hb = num_chunks * bpc
-    return min(cursor, (hb - hb % fab) // bpc)
+    horizon_blocks = num_chunks * bpc
+    return min(cursor, (horizon_blocks - horizon_blocks % final_alignment_blocks) // bpc)
 
 
 def reconsider_final_tail(

@@ -49,7 +49,7 @@ SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
 # Small numbers for readable counterexamples (the search only; a
 # counterexample within them is a counterexample): SymConfig field -> max,
 # and the budget's.
-READABLE_BOUNDS = dict(B=16, W=64, bpc=4, psA=16, Rc=4, P=512, max_off=512)
+READABLE_BOUNDS = dict(B=16, W=64, bpc=4, alignment_blocks=16, Rc=4, P=512, max_off=512)
 READABLE_BUDGET = 512
 
 # Rough seconds per row on this machine, for scheduling only (never a verdict).

@@ -11,7 +11,7 @@ Boolean; ``well_formed()`` states what vLLM 0.33.0 accepts. Units:
   ``kvreach.spec.lookup.LookupSym``);
 - ``need0 = ceil((W - 1) / B)`` (``SlidingWindowManager._contiguous_blocks_for_hit``
   without the EAGLE block) is tied to ``W`` by ``(need0-1)*B < W-1 <= need0*B``;
-- alignment: ``A = psA * B`` (``alignment_tokens`` representable per block) or
+- alignment: ``A = alignment_blocks * B`` (``alignment_tokens`` representable per block) or
   none. ``alignment_tokens % B != 0`` (vLLM's deliberate dense fallback) is
   outside the symbolic scope; see docs/spec.md.
 - retention: ``retention_mode``, a ``kvreach.params.RetentionMode`` (NONE / ZERO /
@@ -37,7 +37,7 @@ class SymConfig:
     bpc: z3.ArithRef
     C: z3.ArithRef
     has_align: z3.BoolRef
-    psA: z3.ArithRef
+    alignment_blocks: z3.ArithRef
     A: z3.ArithRef
     retention_mode: z3.ArithRef
     Rc: z3.ArithRef
@@ -50,10 +50,11 @@ class SymConfig:
     def fresh(prefix: str = "") -> "SymConfig":
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
-        B, bpc, psA = I("B"), I("blocks_per_chunk"), I("psA")
+        # B, bpc, alignment_blocks created first, as before: the order of Z3 term ids
+        B, bpc, ab = I("B"), I("blocks_per_chunk"), I("alignment_blocks")
         return SymConfig(
             B=B, W=I("window"), need0=I("need0"), eagle=Bo("eagle"), bpc=bpc,
-            C=I("chunk_tokens"), has_align=Bo("has_alignment"), psA=psA,
+            C=I("chunk_tokens"), has_align=Bo("has_alignment"), alignment_blocks=ab,
             A=I("alignment_tokens"), retention_mode=I("retention_mode"),
             Rc=I("retention_chunks"), P=I("prompt_tokens"),
             has_max=Bo("has_max_offload"), max_off=I("max_offload_tokens"),
@@ -77,7 +78,7 @@ class SymConfig:
         alignment every chunk boundary (the load side's granularity)."""
         return z3.If(
             z3.Not(self.has_align), self.bpc,
-            z3.If(self.retention_mode == RetentionMode.POSITIVE, self.Rc * self.bpc, self.psA),
+            z3.If(self.retention_mode == RetentionMode.POSITIVE, self.Rc * self.bpc, self.alignment_blocks),
         )
 
     @property
@@ -112,13 +113,14 @@ class SymConfig:
     def replay_boundary(self) -> z3.ArithRef:
         """The replay boundary ``num_prompt_tokens - 1`` aligned down to
         ``alignment_tokens``, in blocks (``reachable_boundaries``)."""
-        return (self.P - 1) / self.A * self.psA
+        return (self.P - 1) / self.A * self.alignment_blocks
 
     def replay_end_block(self, boundary_tokens=None) -> z3.ArithRef:
         """End block of a reachable boundary's tail (``reachable_boundaries``,
         ``SlidingWindowManager.reachable_block_mask``): the boundary aligned
         down to ``alignment_tokens`` (default the replay boundary), plus shift."""
-        b = self.replay_boundary if boundary_tokens is None else boundary_tokens / self.A * self.psA
+        b = (self.replay_boundary if boundary_tokens is None
+             else boundary_tokens / self.A * self.alignment_blocks)
         return b + self.shift
 
     def well_formed(self) -> z3.BoolRef:
@@ -126,7 +128,7 @@ class SymConfig:
             self.B >= 1, self.W >= 2, self.bpc >= 1, self.C == self.B * self.bpc,
             self.need0 >= 0,
             (self.need0 - 1) * self.B < self.W - 1, self.W - 1 <= self.need0 * self.B,
-            self.psA >= 1, self.A == self.psA * self.B,
+            self.alignment_blocks >= 1, self.A == self.alignment_blocks * self.B,
             z3.Or([self.retention_mode == m for m in RetentionMode]),
             self.Rc >= 1,
             z3.Implies(z3.Not(self.has_align), self.retention_mode == RetentionMode.NONE),

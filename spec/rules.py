@@ -57,8 +57,8 @@ def partial_segment_start(s: SymConfig, n) -> z3.ArithRef:
     """Chunk where the final partial segment of ``n`` chunks starts
     (``_final_swa_alignment_blocks``: the alignment in blocks, representable
     and non-EAGLE)."""
-    hb = n * s.bpc
-    return (hb - hb % s.psA) / s.bpc
+    horizon_blocks = n * s.bpc
+    return (horizon_blocks - horizon_blocks % s.alignment_blocks) / s.bpc
 
 
 def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: bool = False,
