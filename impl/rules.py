@@ -42,17 +42,17 @@ def rule_hit_boundaries(
 ) -> list[int]:
     """Token boundaries whose hit can read ``block`` (only those near it; any
     other boundary is too far away to read it): every segment boundary
-    ``k * S`` (k >= 1), the final horizon ``F * B`` (non-EAGLE, segments
+    ``k * segment_tokens`` (k >= 1), the final horizon ``F * B`` (non-EAGLE, segments
     exist), and with a retention interval the replay boundary
     ``num_prompt_tokens - 1`` aligned down (vLLM keeps its tail even when it
     aligns down to 0; for EAGLE that keeps block 0, which no hit reads)."""
     B, W = g.block_tokens, g.mask_window_tokens
     out: list[int] = []
-    S = g.segment_tokens
-    if g.per_segment is not None and S is not None:
-        k_lo = max(1, (block * B - B) // S)
-        k_hi = ((block + 1) * B + W) // S + 1
-        out.extend(k * S for k in range(k_lo, k_hi + 1))
+    segment_tokens = g.segment_tokens
+    if g.per_segment is not None and segment_tokens is not None:
+        k_lo = max(1, (block * B - B) // segment_tokens)
+        k_hi = ((block + 1) * B + W) // segment_tokens + 1
+        out.extend(k * segment_tokens for k in range(k_lo, k_hi + 1))
         if final_segment_end_block is not None and not g.eagle:
             out.append(final_segment_end_block * B)
     if g.retention_interval is not None:
@@ -126,8 +126,8 @@ def horizon_is_final(
 # ---------------------------------------------------------------------------
 
 
-def _segment_tail(i: int, ps: int, need: int, shift: int) -> bool:
-    return i >= shift and (i - shift) % ps >= ps - need
+def _segment_tail(i: int, per_segment: int, need: int, shift: int) -> bool:
+    return i >= shift and (i - shift) % per_segment >= per_segment - need
 
 
 def boundary_end_block(g: GroupConfig, boundary_tokens: int, shift: int | None = None) -> int:
@@ -174,13 +174,13 @@ def block_reachable(
     ``F % per_segment != 0``), or (with a retention interval) in the tail of the
     replay boundary ``num_prompt_tokens - 1`` aligned down.
     """
-    need, shift, ps = g.need, g.shift, g.per_segment
-    if ps is not None:
-        if _segment_tail(block, ps, need, shift):
+    need, shift, per_segment = g.need, g.shift, g.per_segment
+    if per_segment is not None:
+        if _segment_tail(block, per_segment, need, shift):
             return True
         F = final_segment_end_block
-        if F is not None and not g.eagle and F % ps:
-            if max(F - F % ps, F - need) <= block < F:
+        if F is not None and not g.eagle and F % per_segment:
+            if max(F - F % per_segment, F - need) <= block < F:
                 return True
     if g.retention_interval is not None:
         end = _replay_end_block(g, prompt_tokens)
@@ -239,30 +239,30 @@ def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens:
         return None
     n = end_block - start_block
     mask = [False] * n
-    ps = g.per_segment
+    per_segment = g.per_segment
 
     def fill(lo: int, hi: int) -> None:
         lo, hi = max(lo, start_block), min(hi, end_block)
         if lo < hi:
             mask[lo - start_block : hi - start_block] = [True] * (hi - lo)
 
-    if ps is not None:
-        # Segment-boundary tails repeat with period ps: one segment's pattern
-        # (ps - need misses, need hits), rotated to start_block and repeated.
-        offset = (start_block - shift) % ps
-        if ps <= n:
-            pattern = [False] * (ps - need) + [True] * need
-            mask = (pattern * ((offset + n) // ps + 1))[offset : offset + n]
+    if per_segment is not None:
+        # Segment-boundary tails repeat with period per_segment: one segment's pattern
+        # (per_segment - need misses, need hits), rotated to start_block and repeated.
+        offset = (start_block - shift) % per_segment
+        if per_segment <= n:
+            pattern = [False] * (per_segment - need) + [True] * need
+            mask = (pattern * ((offset + n) // per_segment + 1))[offset : offset + n]
         else:  # a segment longer than the range: fill its (at most two) tails,
             # O(n) rather than O(segment)
-            seg_end = start_block - offset + ps  # first segment end after start_block
-            for end in (seg_end - ps, seg_end, seg_end + ps):
+            segment_end_block = start_block - offset + per_segment  # first segment end after start_block
+            for end in (segment_end_block - per_segment, segment_end_block, segment_end_block + per_segment):
                 fill(end - need, end)
         for i in range(min(n, max(0, shift - start_block))):
             mask[i] = False  # blocks before the EAGLE shift are in no tail
         F = final_segment_end_block
-        if F is not None and not g.eagle and F % ps:
-            fill(max(F - F % ps, F - need), F)
+        if F is not None and not g.eagle and F % per_segment:
+            fill(max(F - F % per_segment, F - need), F)
     if g.retention_interval is not None:
         end = _replay_end_block(g, prompt_tokens, shift)
         fill(end - need, end)
@@ -435,11 +435,11 @@ def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int) -
     if A is None or A % C:
         return True
     ws, shift = lookup_window_chunks(g), g.shift
-    seg = g.segment_tokens
-    if seg is not None:
-        s_c = seg // C
-        k = (c + ws) // s_c
-        if k >= 1 and k * s_c > c - shift:
+    segment_tokens = g.segment_tokens
+    if segment_tokens is not None:
+        segment_chunks = segment_tokens // C
+        k = (c + ws) // segment_chunks
+        if k >= 1 and k * segment_chunks > c - shift:
             return True
     if g.retention_interval is not None:
         b = prompt_offloadable_tokens // A * (A // C)

@@ -201,18 +201,18 @@ class GroupConfig:
     @property
     def per_segment(self) -> int | None:
         """Blocks per segment, when segments exist and are representable."""
-        seg = self.segment_tokens
-        if seg is None or not self.representable:
+        segment_tokens = self.segment_tokens
+        if segment_tokens is None or not self.representable:
             return None
-        return seg // self.block_tokens
+        return segment_tokens // self.block_tokens
 
     @property
     def dense(self) -> bool:
         """``reachable_block_mask`` returns None (store every block)."""
         if not self.representable:
             return True
-        ps = self.per_segment
-        return ps is not None and self.need >= ps
+        per_segment = self.per_segment
+        return per_segment is not None and self.need >= per_segment
 
     @property
     def final_alignment_blocks(self) -> int | None:

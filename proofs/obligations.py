@@ -207,7 +207,7 @@ def _chunk_closed_form(ctx: Ctx):
     first = c * s.bpc
     lo, _ = mask.final_tail_bounds(s, F)
     end = s.replay_end_block()
-    r = (first + s.bpc - 1 - s.shift) % s.seg
+    r = (first + s.bpc - 1 - s.shift) % s.per_segment
     witnesses = [
         s.bpc - 1, s.bpc - 1 - r - 1,
         z3.If(lo > first, lo - first, 0),

@@ -73,12 +73,14 @@ class SymConfig:
         return self.need0 + self.shift
 
     @property
-    def seg(self) -> z3.ArithRef:
-        """Segment length in blocks: alignment (R None), R (R > 0); with no
-        alignment every chunk boundary (the load side's granularity)."""
+    def per_segment(self) -> z3.ArithRef:
+        """vLLM's ``per_segment``: the segment length in blocks (``segment_tokens``
+        over B): alignment (R None), R (R > 0); with no alignment every chunk
+        boundary (the load side's granularity)."""
         return z3.If(
             z3.Not(self.has_align), self.bpc,
-            z3.If(self.retention_mode == RetentionMode.POSITIVE, self.Rc * self.bpc, self.alignment_blocks),
+            z3.If(self.retention_mode == RetentionMode.POSITIVE, self.Rc * self.bpc,
+                  self.alignment_blocks),
         )
 
     @property
@@ -90,7 +92,7 @@ class SymConfig:
         """``reachable_block_mask`` returns None."""
         return z3.Or(
             z3.Not(self.has_align),
-            z3.And(self.retention_mode != RetentionMode.ZERO, self.need >= self.seg),
+            z3.And(self.retention_mode != RetentionMode.ZERO, self.need >= self.per_segment),
         )
 
     @property

@@ -10,7 +10,7 @@ obligation ``load-window-blocks`` proves it.)
 
 Hit boundaries a later lookup can produce (``_lookup_complete_chunks``):
 
-- ``aligned``: every multiple ``k * seg`` of the segment length (alignment
+- ``aligned``: every multiple ``k * per_segment`` of the segment length (alignment
   tokens; the retention interval when one is set; every chunk boundary with no
   alignment; none for retention interval 0, where only the replay boundary
   ``num_prompt_tokens - 1`` aligned down remains). A later request may extend
@@ -60,7 +60,7 @@ def servable(s: SymConfig, L, H) -> z3.BoolRef:
 def segment_boundary(s: SymConfig, L) -> z3.BoolRef:
     """``L`` is a positive multiple of the segment length (blocks)."""
     return z3.And(
-        z3.Or(z3.Not(s.has_align), s.retention_mode != RetentionMode.ZERO), L >= 1, L % s.seg == 0,
+        z3.Or(z3.Not(s.has_align), s.retention_mode != RetentionMode.ZERO), L >= 1, L % s.per_segment == 0,
     )
 
 
@@ -84,10 +84,10 @@ def is_boundary(s: SymConfig, model: str, L, H) -> z3.BoolRef:
 
 def segment_witness(s: SymConfig, c, early: int = 0):
     """The first segment boundary whose request can reach chunk ``c``: the
-    smallest ``k >= 1`` with ``k * seg + shift > c * bpc``. ``early``: that
+    smallest ``k >= 1`` with ``k * per_segment + shift > c * bpc``. ``early``: that
     many segments too early (a mutant only)."""
-    k = (c * s.bpc - s.shift) / s.seg + (1 - early)
-    return z3.If(k >= 1, k, 1) * s.seg
+    k = (c * s.bpc - s.shift) / s.per_segment + (1 - early)
+    return z3.If(k >= 1, k, 1) * s.per_segment
 
 
 def wanted(s: SymConfig, model: str, c, H, witness_early: int = 0) -> z3.BoolRef:

@@ -23,13 +23,13 @@ def in_tail(s: SymConfig, i) -> z3.BoolRef:
     """Segment-boundary tail: ``i >= shift and (i - shift) % per_segment >=
     per_segment - need``."""
     return z3.And(
-        s.has_segments, i >= s.shift, (i - s.shift) % s.seg >= s.seg - s.need,
+        s.has_segments, i >= s.shift, (i - s.shift) % s.per_segment >= s.per_segment - s.need,
     )
 
 
 def final_tail_bounds(s: SymConfig, F):
-    """``[max(F - F % ps, F - need), F)`` of the final partial segment."""
-    return _max(F - F % s.seg, F - s.need), F
+    """``[max(F - F % per_segment, F - need), F)`` of the final partial segment."""
+    return _max(F - F % s.per_segment, F - s.need), F
 
 
 def in_final_tail(s: SymConfig, i, F) -> z3.BoolRef:
@@ -40,7 +40,7 @@ def in_final_tail(s: SymConfig, i, F) -> z3.BoolRef:
         return z3.BoolVal(False)
     lo, hi = final_tail_bounds(s, F)
     return z3.And(
-        z3.Not(s.eagle), s.has_segments, F % s.seg != 0, lo <= i, i < hi,
+        z3.Not(s.eagle), s.has_segments, F % s.per_segment != 0, lo <= i, i < hi,
     )
 
 
@@ -70,16 +70,16 @@ def _interval_meets_chunk(s: SymConfig, c, lo, hi) -> z3.BoolRef:
 def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
                     boundaries=()) -> z3.BoolRef:
     """Closed form of "some block of chunk ``c`` is reachable".
-    ``tail_off_by_one``: the mutant testing ``r > seg - need`` instead of
+    ``tail_off_by_one``: the mutant testing ``r > per_segment - need`` instead of
     ``>=``. ``boundaries``: further reachable boundaries (tokens, 0 = none)
     beside the replay boundary, as ``_build_store_jobs`` adds
     ``Request.shared_prefix_boundary`` with a retention interval (world
     "vllm", finding F8)."""
     first = c * s.bpc
     last = first + s.bpc - 1
-    r = (last - s.shift) % s.seg
+    r = (last - s.shift) % s.per_segment
     prev_tail_block = last - r - 1  # last block of the previous segment
-    in_last_tail = r > s.seg - s.need if tail_off_by_one else r >= s.seg - s.need
+    in_last_tail = r > s.per_segment - s.need if tail_off_by_one else r >= s.per_segment - s.need
     seg_hit = z3.And(
         s.has_segments, s.need >= 1,
         z3.Or(
@@ -91,7 +91,7 @@ def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
     if F is not None:
         lo, hi = final_tail_bounds(s, F)
         parts.append(z3.And(
-            z3.Not(s.eagle), s.has_segments, F % s.seg != 0,
+            z3.Not(s.eagle), s.has_segments, F % s.per_segment != 0,
             _interval_meets_chunk(s, c, lo, hi),
         ))
     end = s.replay_end_block()

@@ -104,8 +104,8 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     """``kvreach.impl.rules.lookup_window_keep``: chunk ``c`` lies in
     ``[b - ws, b + shift)`` for a boundary ``b`` (chunks) a later lookup can end
     at, ``ws = ceil((W + extra) / C) + shift`` (``s.W`` is the mask window
-    ``W + extra``): the multiples of the segment (``k = (c + ws) // seg >= 1``
-    and ``k * seg > c - shift``) and, with a retention interval, the repeated
+    ``W + extra``): the multiples of the segment (``k = (c + ws) // segment_chunks >= 1``
+    and ``k * segment_chunks > c - shift``) and, with a retention interval, the repeated
     prompt's boundary ``floor(P' / A) * A``, ``P'`` the prompt's offloadable
     tokens. Dense when the alignment is not a whole
     number of chunks. ``short_by``: the mutant keeping a shorter run."""
@@ -113,9 +113,9 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
 
     C, shift = s.C, s.shift
     ws = cdiv(s.W, C) + shift - short_by
-    seg_c = z3.If(s.retention_mode == RetentionMode.POSITIVE, s.Rc, s.A / C)
-    k = (c + ws) / seg_c
-    in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * seg_c > c - shift)
+    segment_chunks = z3.If(s.retention_mode == RetentionMode.POSITIVE, s.Rc, s.A / C)
+    k = (c + ws) / segment_chunks
+    in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * segment_chunks > c - shift)
     b = s.prompt_offloadable / s.A * (s.A / C)
     in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, b - ws <= c, c < b + shift)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)

@@ -94,7 +94,7 @@ def test_dense_fallbacks(g):
 
 
 def test_not_dense_just_below_threshold():
-    g = GroupConfig(block_size=4, window=16, alignment_tokens=20)  # need 4 < ps 5
+    g = GroupConfig(block_size=4, window=16, alignment_tokens=20)  # need 4 < per_segment 5
     assert not g.dense
     assert _set(reachable_block_mask(0, 10, g, 100), 0) == {1, 2, 3, 4, 6, 7, 8, 9}
 
