@@ -82,7 +82,8 @@ def splits(ctx, lifecycle: bool) -> list:
     more often per case. A split only partitions the query; every leaf must
     be unsat for a proof."""
     s = ctx.s
-    out = [s.has_align, s.dense, s.prompt_only, ctx.L % s.per_segment == 0]
+    out = [s.has_align, s.dense, s.prompt_only, ctx.boundary_block % s.per_segment == 0]
     if lifecycle:
         out.append(ctx.c < z3.Int("cursor_pre"))
-    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.per_segment == 0]
+    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon,
+                  ctx.final_horizon_chunks % s.per_segment == 0]

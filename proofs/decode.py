@@ -266,8 +266,8 @@ def decode_static(m, ctx) -> dict:
         extra = {}
     return extra | {
         "config": {"group": g.__dict__, "request": r.__dict__},
-        "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.H),
-        "boundary_block": _v(m, ctx.L),
+        "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.final_horizon_chunks),
+        "boundary_block": _v(m, ctx.boundary_block),
     }
 
 
