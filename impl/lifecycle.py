@@ -103,24 +103,25 @@ class Trace:
     request: RequestConfig
     lifecycle: Lifecycle
     steps: tuple[Step, ...]
-    final_chunks: int  # the request's final horizon, in chunks
+    final_horizon_chunks: int  # the request's final horizon, in chunks
     computed_tokens: int  # num_computed_tokens at the end
     stored: tuple[int, ...] = field(default=())
-    # (set, model) -> chunks: loadable and needed are computed once per model
+    # (set, model) -> chunks: wanted and needed are computed once per model
     _sets: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def loadable(self, model: str) -> frozenset[int]:
-        """Chunks some hit boundary of ``model`` requests (soundness set)."""
-        if ("loadable", model) not in self._sets:
-            self._sets["loadable", model] = wanted_chunks(
-                model, self.group, self.request, self.final_chunks)
-        return self._sets["loadable", model]
+    def wanted(self, model: str) -> frozenset[int]:
+        """Chunks some hit boundary of ``model`` requests (soundness set,
+        ``kvreach.impl.load.wanted_chunks``)."""
+        if ("wanted", model) not in self._sets:
+            self._sets["wanted", model] = wanted_chunks(
+                model, self.group, self.request, self.final_horizon_chunks)
+        return self._sets["wanted", model]
 
     def needed(self, model: str) -> frozenset[int]:
         """Chunks a hit this request alone can serve requests (completeness set)."""
         if ("needed", model) not in self._sets:
             self._sets["needed", model] = needed_chunks(
-                model, self.group, self.request, self.final_chunks)
+                model, self.group, self.request, self.final_horizon_chunks)
         return self._sets["needed", model]
 
     def to_json(self, model: str | None = None) -> dict:
@@ -132,13 +133,13 @@ class Trace:
             # the fields as they are (ints, strings, tuples of ints): asdict's
             # deep copy is most of the cost of a long request
             "steps": [{f: getattr(s, f) for f in _STEP_FIELDS} for s in self.steps],
-            "final_chunks": self.final_chunks,
+            "final_chunks": self.final_horizon_chunks,  # the JSON key as published
             "computed_tokens": self.computed_tokens,
             "stored": list(self.stored),
         }
         if model is not None:
             out["load_model"] = model
-            out["loadable"] = sorted(self.loadable(model))
+            out["loadable"] = sorted(self.wanted(model))  # the JSON key as published
             out["needed"] = sorted(self.needed(model))
         return out
 

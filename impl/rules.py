@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import deal
 
 from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the default mode)
-from kvreach.impl.load import loadable_chunks, replay_boundary
+from kvreach.impl.load import replay_boundary, wanted_chunks
 from kvreach.params import RULES, GroupConfig, RequestConfig, cdiv, check_rule
 
 # ---------------------------------------------------------------------------
@@ -505,10 +505,10 @@ def _store_window_post(rule, g, req, cursor, num_chunks, finished, result) -> bo
     return in_range and sorted_unique and monotone and (finished or not below)
 
 
-def submitted_loadable(rule, g, req, cursor, num_chunks, finished, result) -> bool:
+def submitted_wanted(rule, g, req, cursor, num_chunks, finished, result) -> bool:
     """Contract of ``store_window`` tied to the load side (vllm-0.33, sparse
     non-EAGLE group without retention interval): every chunk submitted is
-    loadable under the ``intended`` load model (``kvreach.impl.load``) for the
+    wanted under the ``intended`` load model (``kvreach.impl.load.wanted_chunks``) for the
     horizon this step treats as final -- the prompt horizon while prefill is
     active, the current count once finished. (The pre-fix rule breaks this:
     it stores the tail of an intermediate frontier.) Decode past the prompt
@@ -519,15 +519,15 @@ def submitted_loadable(rule, g, req, cursor, num_chunks, finished, result) -> bo
     horizon = known_final_horizon(finished, num_chunks, prompt_h, num_chunks, prompt_h)
     if horizon is None:
         return True
-    loadable = loadable_chunks("intended", g, req, horizon)
-    return all(c in loadable for c in result.chunks)
+    wanted = wanted_chunks("intended", g, req, horizon)
+    return all(c in wanted for c in result.chunks)
 
 
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: rule in RULES)
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: cursor >= 0)
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: num_chunks >= 0)
 @deal.ensure(_store_window_post)
-@deal.ensure(submitted_loadable)
+@deal.ensure(submitted_wanted)
 def store_window(
     rule: str,
     g: GroupConfig,

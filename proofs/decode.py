@@ -103,7 +103,7 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
         lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
         return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
     if obligation == "soundness":
-        return sorted(set(stored) - trace.loadable(model))
+        return sorted(set(stored) - trace.wanted(model))
     if obligation == "completeness":
         computed = trace.computed_tokens // trace.group.chunk_tokens
         return sorted(c for c in trace.needed(model) - set(stored) if c < computed)

@@ -134,7 +134,7 @@ def test_pr_completed_prompt_033():
     assert [s.num_chunks for s in t.steps] == [250, 300, 300]
     assert len(t.stored) == 135 == len(set(t.stored))
     assert set(t.stored) == COMPLETED
-    assert t.final_chunks == 300
+    assert t.final_horizon_chunks == 300
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
@@ -159,9 +159,9 @@ def test_pr_completed_prompt_029_adds_intermediate_tail():
 
 def test_pr_loadable_sets():
     t = run("vllm-0.33", PR, PR_REQ, PR_LC)
-    assert t.loadable("intended") == COMPLETED
+    assert t.wanted("intended") == COMPLETED
     assert t.needed("intended") == COMPLETED
-    assert t.loadable("aligned") == _tails(32)  # no boundary at 300
+    assert t.wanted("aligned") == _tails(32)  # no boundary at 300
     assert iload.needed_chunks("aligned", PR, PR_REQ, 300) == _tails(31) | {293, 294, 295, 296}
 
 

@@ -29,7 +29,7 @@ from kvreach.impl.rules import (
     horizon_is_final,
     mask_matches_hits,
     store_horizon_chunks,
-    submitted_loadable,
+    submitted_wanted,
 )
 from kvreach.params import GroupConfig, RequestConfig, cdiv
 
@@ -193,7 +193,7 @@ def horizon_prefix_frontier(
 
 
 # ---------------------------------------------------------------------------
-# store_window (vllm-0.33), with the load-side contract ``submitted_loadable``
+# store_window (vllm-0.33), with the load-side contract ``submitted_wanted``
 # ---------------------------------------------------------------------------
 
 
@@ -208,11 +208,11 @@ def _store_bounds(block_size, window, alignment_tokens, prompt_tokens, cursor, n
 def _store_post(block_size, window, alignment_tokens, prompt_tokens, cursor, num_chunks, finished, result):
     g = _group(block_size, window, alignment_tokens, False)
     req = RequestConfig(prompt_tokens)
-    return submitted_loadable("vllm-0.33", g, req, cursor, num_chunks, finished, result)
+    return submitted_wanted("vllm-0.33", g, req, cursor, num_chunks, finished, result)
 
 
 def store_contract(f):
-    """``rules.store_window``'s load-side contract (``submitted_loadable``) for
+    """``rules.store_window``'s load-side contract (``submitted_wanted``) for
     a non-EAGLE group without retention interval under vllm-0.33."""
     return deal.pre(_store_bounds)(deal.ensure(_store_post)(f))
 
