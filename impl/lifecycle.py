@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
+from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
 
 
@@ -167,7 +167,7 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
         nonlocal cursor
         off = req.offloadable(tokens_after, num_tokens)
         n = storable_chunks(rule, g, req, off, finished)
-        w = store_window(rule, g, req, cursor, n, finished)
+        w = store_step(rule, g, req, cursor, n, finished)
         steps.append(Step(
             len(steps) + 1, kind, scheduled, computed, num_tokens, tokens_after,
             off, n, cursor, w.next_cursor, w.start_chunk, w.chunks, in_flight,
@@ -298,7 +298,7 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     n = storable_chunks(rule, g, req, off, ends)
     if st.allocated_chunks is not None:  # RequestOffloadState.storable_chunks' cap
         n = min(n, st.allocated_chunks)
-    w = store_window(rule, g, req, cursor, n, ends)
+    w = store_step(rule, g, req, cursor, n, ends)
     kept = set(w.chunks) | _shared_prefix_chunks(rule, g, st.shared_prefix_boundary,
                                                  w.start_chunk, n)
     offered = tuple(sorted(kept - set(st.null)))

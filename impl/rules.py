@@ -472,7 +472,7 @@ def finish_tokens(rule: str, req: RequestConfig, num_tokens: int) -> int:
 
 
 @dataclass(frozen=True)
-class StoreWindow:
+class StoreStep:
     """What one ``_build_store_jobs`` call decides for one group.
 
     start_chunk, end_chunk: the candidate range (``group_store_ranges``).
@@ -495,8 +495,8 @@ class StoreWindow:
     horizon_chunks: int | None = None
 
 
-def _store_window_post(rule, g, req, cursor, num_chunks, finished, result) -> bool:
-    w: StoreWindow = result
+def _store_step_post(rule, g, req, cursor, num_chunks, finished, result) -> bool:
+    w: StoreStep = result
     in_range = all(w.start_chunk <= c < w.end_chunk for c in w.chunks)
     sorted_unique = list(w.chunks) == sorted(set(w.chunks))
     monotone = w.next_cursor == max(cursor, num_chunks)
@@ -506,7 +506,7 @@ def _store_window_post(rule, g, req, cursor, num_chunks, finished, result) -> bo
 
 
 def submitted_wanted(rule, g, req, cursor, num_chunks, finished, result) -> bool:
-    """Contract of ``store_window`` tied to the load side (vllm-0.33, sparse
+    """Contract of ``store_step`` tied to the load side (vllm-0.33, sparse
     non-EAGLE group without retention interval): every chunk submitted is
     wanted under the ``intended`` load model (``kvreach.impl.load.wanted_chunks``) for the
     horizon this step treats as final -- the prompt horizon while prefill is
@@ -526,28 +526,28 @@ def submitted_wanted(rule, g, req, cursor, num_chunks, finished, result) -> bool
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: rule in RULES)
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: cursor >= 0)
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: num_chunks >= 0)
-@deal.ensure(_store_window_post)
+@deal.ensure(_store_step_post)
 @deal.ensure(submitted_wanted)
-def store_window(
+def store_step(
     rule: str,
     g: GroupConfig,
     req: RequestConfig,
     cursor: int,
     num_chunks: int,
     finished: bool,
-) -> StoreWindow:
+) -> StoreStep:
     """Per-group chunk selection of ``_build_store_jobs`` for ``rule``.
 
     cursor: ``next_stored_chunk_idx`` before the step.
     num_chunks: ``storable_chunks`` at this step.
     finished: the request finished (normally or aborted) in this step.
     """
-    return _store_window(rule, g, req, cursor, num_chunks, finished)
+    return _store_step(rule, g, req, cursor, num_chunks, finished)
 
 
-def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
-                  finished: bool, frontier_final: bool = False) -> StoreWindow:
-    """The body of :func:`store_window`; ``frontier_final`` (a mutant only)
+def _store_step(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
+                  finished: bool, frontier_final: bool = False) -> StoreStep:
+    """The body of :func:`store_step`; ``frontier_final`` (a mutant only)
     hands the mask the pre-fix horizon (:func:`_store_horizon`)."""
     check_rule(rule)
     bpc = g.blocks_per_chunk
@@ -556,12 +556,12 @@ def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, nu
         chunks = tuple(
             c for c in range(start, num_chunks) if v029_chunk_reachable(c, num_chunks, g)
         )
-        return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
+        return StoreStep(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
     if rule == "lookup-window":  # no horizon: the keep decision is the chunk's alone
         keep = [lookup_window_keep(c, g, req.prompt_offloadable_tokens) for c in range(start, num_chunks)]
         chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
         mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
-        return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
+        return StoreStep(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
 
     prompt_h = prompt_horizon_chunks(g, req)
     horizon = (  # the real horizon through its contract (horizon_is_final)
@@ -571,7 +571,7 @@ def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, nu
     if reconsider:
         start = reconsider_start_chunk(g, start, num_chunks)
     if num_chunks <= start:
-        return StoreWindow(start, num_chunks, (), None, max(cursor, num_chunks), horizon)
+        return StoreStep(start, num_chunks, (), None, max(cursor, num_chunks), horizon)
     mask = reachable_block_mask(
         start * bpc, num_chunks * bpc, g, req.prompt_tokens,
         None if horizon is None else horizon * bpc,
@@ -591,7 +591,7 @@ def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, nu
         if mask is not None and not any(mask[k : k + bpc]):
             continue
         chunks.append(c)
-    return StoreWindow(
+    return StoreStep(
         start, num_chunks, tuple(chunks),
         None if mask is None else tuple(mask), max(cursor, num_chunks), horizon,
     )

@@ -9,7 +9,7 @@ import z3
 
 from kvreach.impl.lifecycle import Lifecycle, Trace, run
 from kvreach.impl.load import wanted_chunks
-from kvreach.impl.rules import store_window
+from kvreach.impl.rules import store_step
 from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
 from kvreach.proofs.scenarios import PR_54362
@@ -237,7 +237,7 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
     lg, H, c, off = cex["lookup_groups"], cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
-    kept = store_window(cex["rule"], g, r, 0, H, True).chunks
+    kept = store_step(cex["rule"], g, r, 0, H, True).chunks
     if c not in kept:
         return []
     groups = lookup_groups_of(lg, g)
@@ -280,5 +280,5 @@ def replay_mask(cex: dict, rule: str, model: str) -> tuple[frozenset[int], froze
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
     H = cex["final_horizon_chunks"]
-    kept = store_window(rule, g, r, 0, H, True).chunks
+    kept = store_step(rule, g, r, 0, H, True).chunks
     return frozenset(kept), wanted_chunks(model, g, r, H)

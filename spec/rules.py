@@ -122,7 +122,7 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
 
 
 def lookup_window_store(s: SymConfig, cursor, n, finished, c, aux, short_by: int = 0) -> StoreStep:
-    """kvreach's rule ``lookup-window`` (``kvreach.impl.rules.store_window``):
+    """kvreach's rule ``lookup-window`` (``kvreach.impl.rules.store_step``):
     the chunks in ``[cursor, n)`` that :func:`lookup_window_keep` keeps; the
     cursor moves to ``max(cursor, n)``. The keep decision does not depend on
     the step, so no horizon and no reconsideration."""

@@ -9,7 +9,7 @@ import pytest
 from kvreach.impl import load as iload
 from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.impl.rules import (
-    block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_window,
+    block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_step,
 )
 from kvreach.proofs.scenarios import PR_54362
 from kvreach.params import (
@@ -89,7 +89,7 @@ def test_dense_fallbacks(g):
     assert g.dense
     assert reachable_block_mask(0, 50, g, 1200, final_segment_end_block=50) is None
     assert all(chunk_reachable(c, g, 1200, 50) for c in range(50))
-    w = store_window("vllm-0.33", g, PR_REQ, 0, 50, False)
+    w = store_step("vllm-0.33", g, PR_REQ, 0, 50, False)
     assert w.block_mask is None and w.chunks == tuple(range(50))
 
 

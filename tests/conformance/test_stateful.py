@@ -7,7 +7,7 @@ interleavings of chunked-prefill steps (any size within the per-step budget,
 way ``OffloadingConnectorScheduler._build_store_jobs`` does:
 ``RequestConfig.offloadable`` (``_calc_num_offloadable_tokens``) ->
 ``storable_chunks`` (``RequestOffloadState.storable_chunks``) ->
-``store_window`` (mask + ``next_stored_chunk_idx``), with ``finish_tokens`` for
+``store_step`` (mask + ``next_stored_chunk_idx``), with ``finish_tokens`` for
 a normal finish. The manager accepts every store and no block is null.
 
 Invariants after every step:
@@ -46,7 +46,7 @@ from hypothesis.stateful import (
 
 from kvreach.impl import contracts
 from kvreach.impl.load import wanted_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
+from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig
 
 RULE = "vllm-0.33"
@@ -114,7 +114,7 @@ class StoreMachine(RuleBasedStateMachine):
     def _apply(self, tokens_after: int, finished: bool) -> None:
         off = self.req.offloadable(tokens_after, self.num_tokens)
         n = storable_chunks(self.RULE, self.g, self.req, off, finished)
-        w = store_window(self.RULE, self.g, self.req, self.cursor, n, finished)
+        w = store_step(self.RULE, self.g, self.req, self.cursor, n, finished)
         seen = set(self.submitted)
         for c in w.chunks:
             assert c not in seen, f"chunk {c} submitted twice"
