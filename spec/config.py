@@ -50,8 +50,9 @@ class SymConfig:
     def fresh(prefix: str = "") -> "SymConfig":
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
-        # B, bpc, alignment_blocks created first, as before: the order of Z3 term ids
-        B, bpc, ab = I("B"), I("blocks_per_chunk"), I("alignment_blocks")
+        # the Z3 name stays "psA" and B, bpc, psA are created first, as before the
+        # rename: the solver runs (rlimit, the models counterexamples show) depend on both
+        B, bpc, ab = I("B"), I("blocks_per_chunk"), I("psA")
         return SymConfig(
             B=B, W=I("window"), need0=I("need0"), eagle=Bo("eagle"), bpc=bpc,
             C=I("chunk_tokens"), has_align=Bo("has_alignment"), alignment_blocks=ab,
