@@ -20,9 +20,9 @@ import time
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.proofs import runner
 from kvreach.proofs.obligations import OBLIGATIONS, bmc_query, lifecycle_step_query
-from kvreach.spec.config import R_NONE, R_ZERO
 from kvreach.spec.lifecycle import K_FINISH
 
 ROWS = [
@@ -64,7 +64,7 @@ SLOW_ROWS = [
 def depth_first(assertions: list, ctx, lifecycle: bool, meter):
     """The baseline: the runner's split before it split the cube at once."""
     s = ctx.s
-    head = [s.eagle, s.rmode == R_NONE, s.rmode == R_ZERO]
+    head = [s.eagle, s.retention_mode == RetentionMode.NONE, s.retention_mode == RetentionMode.ZERO]
     if lifecycle:
         head.insert(0, z3.Int("kind_t") == K_FINISH)
     return runner._solve_split(assertions, head + runner._splits(ctx, lifecycle), meter)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
+from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
 
 
@@ -103,24 +103,25 @@ class Trace:
     request: RequestConfig
     lifecycle: Lifecycle
     steps: tuple[Step, ...]
-    final_chunks: int  # the request's final horizon, in chunks
+    final_horizon_chunks: int  # the request's final horizon, in chunks
     computed_tokens: int  # num_computed_tokens at the end
     stored: tuple[int, ...] = field(default=())
-    # (set, model) -> chunks: loadable and needed are computed once per model
+    # (set, model) -> chunks: wanted and needed are computed once per model
     _sets: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def loadable(self, model: str) -> frozenset[int]:
-        """Chunks some hit boundary of ``model`` requests (soundness set)."""
-        if ("loadable", model) not in self._sets:
-            self._sets["loadable", model] = wanted_chunks(
-                model, self.group, self.request, self.final_chunks)
-        return self._sets["loadable", model]
+    def wanted(self, model: str) -> frozenset[int]:
+        """Chunks some hit boundary of ``model`` requests (soundness set,
+        ``kvreach.impl.load.wanted_chunks``)."""
+        if ("wanted", model) not in self._sets:
+            self._sets["wanted", model] = wanted_chunks(
+                model, self.group, self.request, self.final_horizon_chunks)
+        return self._sets["wanted", model]
 
     def needed(self, model: str) -> frozenset[int]:
         """Chunks a hit this request alone can serve requests (completeness set)."""
         if ("needed", model) not in self._sets:
             self._sets["needed", model] = needed_chunks(
-                model, self.group, self.request, self.final_chunks)
+                model, self.group, self.request, self.final_horizon_chunks)
         return self._sets["needed", model]
 
     def to_json(self, model: str | None = None) -> dict:
@@ -132,13 +133,13 @@ class Trace:
             # the fields as they are (ints, strings, tuples of ints): asdict's
             # deep copy is most of the cost of a long request
             "steps": [{f: getattr(s, f) for f in _STEP_FIELDS} for s in self.steps],
-            "final_chunks": self.final_chunks,
+            "final_chunks": self.final_horizon_chunks,  # the JSON key as published
             "computed_tokens": self.computed_tokens,
             "stored": list(self.stored),
         }
         if model is not None:
             out["load_model"] = model
-            out["loadable"] = sorted(self.loadable(model))
+            out["loadable"] = sorted(self.wanted(model))  # the JSON key as published
             out["needed"] = sorted(self.needed(model))
         return out
 
@@ -166,7 +167,7 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
         nonlocal cursor
         off = req.offloadable(tokens_after, num_tokens)
         n = storable_chunks(rule, g, req, off, finished)
-        w = store_window(rule, g, req, cursor, n, finished)
+        w = store_step(rule, g, req, cursor, n, finished)
         steps.append(Step(
             len(steps) + 1, kind, scheduled, computed, num_tokens, tokens_after,
             off, n, cursor, w.next_cursor, w.start_chunk, w.chunks, in_flight,
@@ -297,7 +298,7 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     n = storable_chunks(rule, g, req, off, ends)
     if st.allocated_chunks is not None:  # RequestOffloadState.storable_chunks' cap
         n = min(n, st.allocated_chunks)
-    w = store_window(rule, g, req, cursor, n, ends)
+    w = store_step(rule, g, req, cursor, n, ends)
     kept = set(w.chunks) | _shared_prefix_chunks(rule, g, st.shared_prefix_boundary,
                                                  w.start_chunk, n)
     offered = tuple(sorted(kept - set(st.null)))

@@ -57,7 +57,7 @@ def replay_boundary(g: GroupConfig, prompt_tokens: int) -> int:
 
 
 def _boundaries(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int, relevant: bool
+    model: str, g: GroupConfig, req: RequestConfig, final_horizon_chunks: int, relevant: bool
 ) -> list[int]:
     """The one enumerator of hit boundaries up to ``H * chunk + W``: every
     multiple of the segment step (the chunk with no alignment, the alignment,
@@ -67,7 +67,7 @@ def _boundaries(
     (see :func:`_relevant_boundaries`)."""
     check_load_model(model)
     c = g.chunk_tokens
-    H_tokens = final_chunks * c
+    H_tokens = final_horizon_chunks * c
     top = H_tokens + g.mask_window_tokens
     out: set[int] = set()
     if g.alignment_tokens is None:
@@ -92,15 +92,15 @@ def _boundaries(
 
 
 def hit_boundaries(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+    model: str, g: GroupConfig, req: RequestConfig, final_horizon_chunks: int
 ) -> list[int]:
     """Token boundaries a later lookup can hit whose window can reach below
     the final horizon (``0 < L < H * chunk + W``)."""
-    return _boundaries(model, g, req, final_chunks, relevant=False)
+    return _boundaries(model, g, req, final_horizon_chunks, relevant=False)
 
 
 def _relevant_boundaries(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+    model: str, g: GroupConfig, req: RequestConfig, final_horizon_chunks: int
 ) -> list[int]:
     """The boundaries of :func:`hit_boundaries` that can change
     :func:`wanted_chunks` or :func:`needed_chunks`: every one up to the final
@@ -108,21 +108,21 @@ def _relevant_boundaries(
     a subset of what that one requests below ``H``). At most
     ``H * chunk / step + 2`` boundaries, whatever the window: O(prompt), not
     O(window)."""
-    H_tokens = final_chunks * g.chunk_tokens
-    out = _boundaries(model, g, req, final_chunks, relevant=True)
+    H_tokens = final_horizon_chunks * g.chunk_tokens
+    out = _boundaries(model, g, req, final_horizon_chunks, relevant=True)
     past = [b for b in out if b > H_tokens]
     return [b for b in out if b <= H_tokens] + past[:1]
 
 
 def _requested_spans(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+    model: str, g: GroupConfig, req: RequestConfig, final_horizon_chunks: int
 ) -> list[tuple[int, int]]:
     """``requested_chunks`` of each relevant boundary as ``(start, stop)``,
     in boundary order (starts and stops non-decreasing), empty ones left out;
     the arithmetic inlined (millions of boundaries on a long request)."""
     c, back, fwd = g.chunk_tokens, g.mask_window_tokens - 1, g.block_tokens if g.eagle else 0
     out = []
-    for L in _relevant_boundaries(model, g, req, final_chunks):
+    for L in _relevant_boundaries(model, g, req, final_horizon_chunks):
         lo, hi = L - back, L + fwd
         if lo < 0:
             lo = 0
@@ -146,30 +146,30 @@ def _union(spans) -> frozenset[int]:
     return frozenset(chain.from_iterable(range(a, b) for a, b in merged))
 
 
-@deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
-@deal.pre(lambda model, g, req, final_chunks: final_chunks >= 0)
+@deal.pre(lambda model, g, req, final_horizon_chunks: model in LOAD_MODELS)
+@deal.pre(lambda model, g, req, final_horizon_chunks: final_horizon_chunks >= 0)
 @deal.ensure(
-    lambda model, g, req, final_chunks, result: all(0 <= c < final_chunks for c in result)
+    lambda model, g, req, final_horizon_chunks, result: all(
+        0 <= c < final_horizon_chunks for c in result)
 )
 def needed_chunks(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+    model: str, g: GroupConfig, req: RequestConfig, final_horizon_chunks: int
 ) -> frozenset[int]:
     """Union of the requested chunks of every hit this request can serve."""
-    return _union((a, b) for a, b in _requested_spans(model, g, req, final_chunks)
-                  if b <= final_chunks)
+    return _union((a, b) for a, b in _requested_spans(model, g, req, final_horizon_chunks)
+                  if b <= final_horizon_chunks)
 
 
-@deal.pre(lambda model, g, req, final_chunks: model in LOAD_MODELS)
-@deal.pre(lambda model, g, req, final_chunks: final_chunks >= 0)
+@deal.pre(lambda model, g, req, final_horizon_chunks: model in LOAD_MODELS)
+@deal.pre(lambda model, g, req, final_horizon_chunks: final_horizon_chunks >= 0)
 @deal.ensure(
-    lambda model, g, req, final_chunks, result: all(0 <= c < final_chunks for c in result)
+    lambda model, g, req, final_horizon_chunks, result: all(
+        0 <= c < final_horizon_chunks for c in result)
 )
 def wanted_chunks(
-    model: str, g: GroupConfig, req: RequestConfig, final_chunks: int
+    model: str, g: GroupConfig, req: RequestConfig, final_horizon_chunks: int
 ) -> frozenset[int]:
     """Chunks below the final horizon that some hit boundary requests."""
-    return _union((a, min(b, final_chunks)) for a, b in _requested_spans(model, g, req, final_chunks))
+    return _union((a, min(b, final_horizon_chunks))
+                  for a, b in _requested_spans(model, g, req, final_horizon_chunks))
 
-
-# Backwards-compatible name: what "loadable" means for soundness.
-loadable_chunks = wanted_chunks

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import deal
 
 from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the default mode)
-from kvreach.impl.load import loadable_chunks, replay_boundary
+from kvreach.impl.load import replay_boundary, wanted_chunks
 from kvreach.params import RULES, GroupConfig, RequestConfig, cdiv, check_rule
 
 # ---------------------------------------------------------------------------
@@ -42,17 +42,17 @@ def rule_hit_boundaries(
 ) -> list[int]:
     """Token boundaries whose hit can read ``block`` (only those near it; any
     other boundary is too far away to read it): every segment boundary
-    ``k * S`` (k >= 1), the final horizon ``F * B`` (non-EAGLE, segments
+    ``k * segment_tokens`` (k >= 1), the final horizon ``F * B`` (non-EAGLE, segments
     exist), and with a retention interval the replay boundary
     ``num_prompt_tokens - 1`` aligned down (vLLM keeps its tail even when it
     aligns down to 0; for EAGLE that keeps block 0, which no hit reads)."""
     B, W = g.block_tokens, g.mask_window_tokens
     out: list[int] = []
-    S = g.segment_tokens
-    if g.per_segment is not None and S is not None:
-        k_lo = max(1, (block * B - B) // S)
-        k_hi = ((block + 1) * B + W) // S + 1
-        out.extend(k * S for k in range(k_lo, k_hi + 1))
+    segment_tokens = g.segment_tokens
+    if g.per_segment is not None and segment_tokens is not None:
+        k_lo = max(1, (block * B - B) // segment_tokens)
+        k_hi = ((block + 1) * B + W) // segment_tokens + 1
+        out.extend(k * segment_tokens for k in range(k_lo, k_hi + 1))
         if final_segment_end_block is not None and not g.eagle:
             out.append(final_segment_end_block * B)
     if g.retention_interval is not None:
@@ -126,8 +126,8 @@ def horizon_is_final(
 # ---------------------------------------------------------------------------
 
 
-def _segment_tail(i: int, ps: int, need: int, shift: int) -> bool:
-    return i >= shift and (i - shift) % ps >= ps - need
+def _segment_tail(i: int, per_segment: int, need: int, shift: int) -> bool:
+    return i >= shift and (i - shift) % per_segment >= per_segment - need
 
 
 def boundary_end_block(g: GroupConfig, boundary_tokens: int, shift: int | None = None) -> int:
@@ -174,13 +174,13 @@ def block_reachable(
     ``F % per_segment != 0``), or (with a retention interval) in the tail of the
     replay boundary ``num_prompt_tokens - 1`` aligned down.
     """
-    need, shift, ps = g.need, g.shift, g.per_segment
-    if ps is not None:
-        if _segment_tail(block, ps, need, shift):
+    need, shift, per_segment = g.need, g.shift, g.per_segment
+    if per_segment is not None:
+        if _segment_tail(block, per_segment, need, shift):
             return True
         F = final_segment_end_block
-        if F is not None and not g.eagle and F % ps:
-            if max(F - F % ps, F - need) <= block < F:
+        if F is not None and not g.eagle and F % per_segment:
+            if max(F - F % per_segment, F - need) <= block < F:
                 return True
     if g.retention_interval is not None:
         end = _replay_end_block(g, prompt_tokens)
@@ -239,30 +239,30 @@ def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens:
         return None
     n = end_block - start_block
     mask = [False] * n
-    ps = g.per_segment
+    per_segment = g.per_segment
 
     def fill(lo: int, hi: int) -> None:
         lo, hi = max(lo, start_block), min(hi, end_block)
         if lo < hi:
             mask[lo - start_block : hi - start_block] = [True] * (hi - lo)
 
-    if ps is not None:
-        # Segment-boundary tails repeat with period ps: one segment's pattern
-        # (ps - need misses, need hits), rotated to start_block and repeated.
-        offset = (start_block - shift) % ps
-        if ps <= n:
-            pattern = [False] * (ps - need) + [True] * need
-            mask = (pattern * ((offset + n) // ps + 1))[offset : offset + n]
+    if per_segment is not None:
+        # Segment-boundary tails repeat with period per_segment: one segment's pattern
+        # (per_segment - need misses, need hits), rotated to start_block and repeated.
+        offset = (start_block - shift) % per_segment
+        if per_segment <= n:
+            pattern = [False] * (per_segment - need) + [True] * need
+            mask = (pattern * ((offset + n) // per_segment + 1))[offset : offset + n]
         else:  # a segment longer than the range: fill its (at most two) tails,
             # O(n) rather than O(segment)
-            seg_end = start_block - offset + ps  # first segment end after start_block
-            for end in (seg_end - ps, seg_end, seg_end + ps):
+            segment_end_block = start_block - offset + per_segment  # first segment end after start_block
+            for end in (segment_end_block - per_segment, segment_end_block, segment_end_block + per_segment):
                 fill(end - need, end)
         for i in range(min(n, max(0, shift - start_block))):
             mask[i] = False  # blocks before the EAGLE shift are in no tail
         F = final_segment_end_block
-        if F is not None and not g.eagle and F % ps:
-            fill(max(F - F % ps, F - need), F)
+        if F is not None and not g.eagle and F % per_segment:
+            fill(max(F - F % per_segment, F - need), F)
     if g.retention_interval is not None:
         end = _replay_end_block(g, prompt_tokens, shift)
         fill(end - need, end)
@@ -350,11 +350,11 @@ def reconsider_start_chunk(g: GroupConfig, cursor: int, num_chunks: int) -> int:
     """Where an end-of-request reconsideration starts: the cursor, or the
     start of the final partial segment (``_final_swa_alignment_blocks``) when
     that is earlier."""
-    fab = g.final_alignment_blocks
-    assert fab is not None
+    final_alignment_blocks = g.final_alignment_blocks
+    assert final_alignment_blocks is not None
     bpc = g.blocks_per_chunk
-    hb = num_chunks * bpc
-    return min(cursor, (hb - hb % fab) // bpc)
+    horizon_blocks = num_chunks * bpc
+    return min(cursor, (horizon_blocks - horizon_blocks % final_alignment_blocks) // bpc)
 
 
 def reconsider_final_tail(
@@ -434,16 +434,16 @@ def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int) -
     A, C = g.alignment_tokens, g.chunk_tokens
     if A is None or A % C:
         return True
-    ws, ew = lookup_window_chunks(g), g.shift
-    seg = g.segment_tokens
-    if seg is not None:
-        s_c = seg // C
-        k = (c + ws) // s_c
-        if k >= 1 and k * s_c > c - ew:
+    ws, shift = lookup_window_chunks(g), g.shift
+    segment_tokens = g.segment_tokens
+    if segment_tokens is not None:
+        segment_chunks = segment_tokens // C
+        k = (c + ws) // segment_chunks
+        if k >= 1 and k * segment_chunks > c - shift:
             return True
     if g.retention_interval is not None:
         b = prompt_offloadable_tokens // A * (A // C)
-        if b >= 1 and b - ws <= c < b + ew:
+        if b >= 1 and b - ws <= c < b + shift:
             return True
     return False
 
@@ -472,7 +472,7 @@ def finish_tokens(rule: str, req: RequestConfig, num_tokens: int) -> int:
 
 
 @dataclass(frozen=True)
-class StoreWindow:
+class StoreStep:
     """What one ``_build_store_jobs`` call decides for one group.
 
     start_chunk, end_chunk: the candidate range (``group_store_ranges``).
@@ -495,8 +495,8 @@ class StoreWindow:
     horizon_chunks: int | None = None
 
 
-def _store_window_post(rule, g, req, cursor, num_chunks, finished, result) -> bool:
-    w: StoreWindow = result
+def _store_step_post(rule, g, req, cursor, num_chunks, finished, result) -> bool:
+    w: StoreStep = result
     in_range = all(w.start_chunk <= c < w.end_chunk for c in w.chunks)
     sorted_unique = list(w.chunks) == sorted(set(w.chunks))
     monotone = w.next_cursor == max(cursor, num_chunks)
@@ -505,10 +505,10 @@ def _store_window_post(rule, g, req, cursor, num_chunks, finished, result) -> bo
     return in_range and sorted_unique and monotone and (finished or not below)
 
 
-def submitted_loadable(rule, g, req, cursor, num_chunks, finished, result) -> bool:
-    """Contract of ``store_window`` tied to the load side (vllm-0.33, sparse
+def submitted_wanted(rule, g, req, cursor, num_chunks, finished, result) -> bool:
+    """Contract of ``store_step`` tied to the load side (vllm-0.33, sparse
     non-EAGLE group without retention interval): every chunk submitted is
-    loadable under the ``intended`` load model (``kvreach.impl.load``) for the
+    wanted under the ``intended`` load model (``kvreach.impl.load.wanted_chunks``) for the
     horizon this step treats as final -- the prompt horizon while prefill is
     active, the current count once finished. (The pre-fix rule breaks this:
     it stores the tail of an intermediate frontier.) Decode past the prompt
@@ -519,35 +519,35 @@ def submitted_loadable(rule, g, req, cursor, num_chunks, finished, result) -> bo
     horizon = known_final_horizon(finished, num_chunks, prompt_h, num_chunks, prompt_h)
     if horizon is None:
         return True
-    loadable = loadable_chunks("intended", g, req, horizon)
-    return all(c in loadable for c in result.chunks)
+    wanted = wanted_chunks("intended", g, req, horizon)
+    return all(c in wanted for c in result.chunks)
 
 
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: rule in RULES)
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: cursor >= 0)
 @deal.pre(lambda rule, g, req, cursor, num_chunks, finished: num_chunks >= 0)
-@deal.ensure(_store_window_post)
-@deal.ensure(submitted_loadable)
-def store_window(
+@deal.ensure(_store_step_post)
+@deal.ensure(submitted_wanted)
+def store_step(
     rule: str,
     g: GroupConfig,
     req: RequestConfig,
     cursor: int,
     num_chunks: int,
     finished: bool,
-) -> StoreWindow:
+) -> StoreStep:
     """Per-group chunk selection of ``_build_store_jobs`` for ``rule``.
 
     cursor: ``next_stored_chunk_idx`` before the step.
     num_chunks: ``storable_chunks`` at this step.
     finished: the request finished (normally or aborted) in this step.
     """
-    return _store_window(rule, g, req, cursor, num_chunks, finished)
+    return _store_step(rule, g, req, cursor, num_chunks, finished)
 
 
-def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
-                  finished: bool, frontier_final: bool = False) -> StoreWindow:
-    """The body of :func:`store_window`; ``frontier_final`` (a mutant only)
+def _store_step(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
+                  finished: bool, frontier_final: bool = False) -> StoreStep:
+    """The body of :func:`store_step`; ``frontier_final`` (a mutant only)
     hands the mask the pre-fix horizon (:func:`_store_horizon`)."""
     check_rule(rule)
     bpc = g.blocks_per_chunk
@@ -556,12 +556,12 @@ def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, nu
         chunks = tuple(
             c for c in range(start, num_chunks) if v029_chunk_reachable(c, num_chunks, g)
         )
-        return StoreWindow(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
+        return StoreStep(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
     if rule == "lookup-window":  # no horizon: the keep decision is the chunk's alone
         keep = [lookup_window_keep(c, g, req.prompt_offloadable_tokens) for c in range(start, num_chunks)]
         chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
         mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
-        return StoreWindow(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
+        return StoreStep(start, max(start, num_chunks), chunks, mask, max(cursor, num_chunks), None)
 
     prompt_h = prompt_horizon_chunks(g, req)
     horizon = (  # the real horizon through its contract (horizon_is_final)
@@ -571,7 +571,7 @@ def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, nu
     if reconsider:
         start = reconsider_start_chunk(g, start, num_chunks)
     if num_chunks <= start:
-        return StoreWindow(start, num_chunks, (), None, max(cursor, num_chunks), horizon)
+        return StoreStep(start, num_chunks, (), None, max(cursor, num_chunks), horizon)
     mask = reachable_block_mask(
         start * bpc, num_chunks * bpc, g, req.prompt_tokens,
         None if horizon is None else horizon * bpc,
@@ -591,7 +591,7 @@ def _store_window(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, nu
         if mask is not None and not any(mask[k : k + bpc]):
             continue
         chunks.append(c)
-    return StoreWindow(
+    return StoreStep(
         start, num_chunks, tuple(chunks),
         None if mask is None else tuple(mask), max(cursor, num_chunks), horizon,
     )

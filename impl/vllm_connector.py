@@ -14,7 +14,7 @@ What changes against stock vLLM: only the per-group chunk selection of
 ``OffloadingConnectorScheduler._build_store_jobs`` for sliding-window groups
 (the mask, the store horizon, the abort reconsideration, which chunks of
 ``[next_stored_chunk_idx, num_chunks)`` are submitted). It is taken from
-``kvreach.impl.rules.store_window``. Everything else (``storable_chunks``,
+``kvreach.impl.rules.store_step``. Everything else (``storable_chunks``,
 the null-block filter, ``prepare_store``, job building, fencing, full-attention
 and non-SWA groups, load side) is vLLM's own code path.
 
@@ -392,7 +392,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                     )
                 cursor = group_state.next_stored_chunk_idx
                 try:
-                    w = rules.store_window(
+                    w = rules.store_step(
                         self.kvreach_options.rule, g, req_cfg, cursor, num_chunks, finished
                     )
                 except deal.ContractError as e:
@@ -555,7 +555,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         shown = []
         for k, v in (e.params or {}).items():
             if k == "result" and hasattr(v, "next_cursor"):
-                shown.append(f"result=StoreWindow(start_chunk={v.start_chunk}, "
+                shown.append(f"result=StoreStep(start_chunk={v.start_chunk}, "
                              f"end_chunk={v.end_chunk}, next_cursor={v.next_cursor})")
             elif isinstance(v, (int, bool, type(None))):
                 shown.append(f"{k}={v}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Literal
 
 RULES: tuple[str, ...] = ("vllm-0.29", "vllm-0.33", "lookup-window")
@@ -31,6 +32,25 @@ MAX_TOKENS = 10_000_000
 MAX_CHUNKS = 2_500_000
 MAX_STEPS = 20_000
 MAX_INT = 2**63 - 1
+
+
+class RetentionMode(IntEnum):
+    """The three cases of ``CacheConfig.prefix_cache_retention_interval`` that
+    ``SlidingWindowManager.reachable_block_mask`` tells apart: ``None`` (a tail
+    at every ``alignment_tokens`` boundary), ``0`` (only the reachable
+    boundaries' tails), ``> 0`` (a tail once per ``retention_interval``-sized
+    segment). The spec uses the values as Z3 integers
+    (``kvreach.spec.config.SymConfig.retention_mode``)."""
+
+    NONE = 0
+    ZERO = 1
+    POSITIVE = 2
+
+    @classmethod
+    def of(cls, retention_interval: int | None) -> "RetentionMode":
+        if retention_interval is None:
+            return cls.NONE
+        return cls.ZERO if retention_interval == 0 else cls.POSITIVE
 
 
 class ParamError(ValueError):
@@ -181,18 +201,18 @@ class GroupConfig:
     @property
     def per_segment(self) -> int | None:
         """Blocks per segment, when segments exist and are representable."""
-        seg = self.segment_tokens
-        if seg is None or not self.representable:
+        segment_tokens = self.segment_tokens
+        if segment_tokens is None or not self.representable:
             return None
-        return seg // self.block_tokens
+        return segment_tokens // self.block_tokens
 
     @property
     def dense(self) -> bool:
         """``reachable_block_mask`` returns None (store every block)."""
         if not self.representable:
             return True
-        ps = self.per_segment
-        return ps is not None and self.need >= ps
+        per_segment = self.per_segment
+        return per_segment is not None and self.need >= per_segment
 
     @property
     def final_alignment_blocks(self) -> int | None:

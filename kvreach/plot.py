@@ -127,10 +127,10 @@ def segment_chunks(group: dict) -> int | None:
     """The segment (alignment, or retention interval) in chunks, when it is a
     whole number of chunks."""
     g = GroupConfig(**group)
-    seg = g.segment_tokens
-    if seg is None or seg % g.chunk_tokens:
+    segment_tokens = g.segment_tokens
+    if segment_tokens is None or segment_tokens % g.chunk_tokens:
         return None
-    return seg // g.chunk_tokens
+    return segment_tokens // g.chunk_tokens
 
 
 def counts(stored: Iterable[int], loadable: Iterable[int], needed: Iterable[int]) -> dict[str, int]:

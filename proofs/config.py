@@ -13,7 +13,7 @@ import itertools
 
 import z3
 
-from kvreach.spec.config import R_NONE, R_ZERO
+from kvreach.params import RetentionMode
 from kvreach.spec.lifecycle import K_FINISH
 
 EXPECTED = "expected.toml"  # the expected-verdict table, in the kvreach.proofs package
@@ -49,7 +49,7 @@ SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
 # Small numbers for readable counterexamples (the search only; a
 # counterexample within them is a counterexample): SymConfig field -> max,
 # and the budget's.
-READABLE_BOUNDS = dict(B=16, W=64, bpc=4, psA=16, Rc=4, P=512, max_off=512)
+READABLE_BOUNDS = dict(B=16, W=64, bpc=4, alignment_blocks=16, Rc=4, P=512, max_off=512)
 READABLE_BUDGET = 512
 
 # Rough seconds per row on this machine, for scheduling only (never a verdict).
@@ -67,7 +67,8 @@ def cube(ctx, lifecycle: bool) -> list[list]:
     s = ctx.s
     dims = [
         [s.eagle, z3.Not(s.eagle)],
-        [s.rmode == R_NONE, s.rmode == R_ZERO, z3.And(s.rmode != R_NONE, s.rmode != R_ZERO)],
+        [s.retention_mode == RetentionMode.NONE, s.retention_mode == RetentionMode.ZERO,
+         z3.And(s.retention_mode != RetentionMode.NONE, s.retention_mode != RetentionMode.ZERO)],
     ]
     if lifecycle:
         kind = z3.Int("kind_t")
@@ -81,7 +82,8 @@ def splits(ctx, lifecycle: bool) -> list:
     more often per case. A split only partitions the query; every leaf must
     be unsat for a proof."""
     s = ctx.s
-    out = [s.has_align, s.dense, s.prompt_only, ctx.L % s.seg == 0]
+    out = [s.has_align, s.dense, s.prompt_only, ctx.boundary_block % s.per_segment == 0]
     if lifecycle:
         out.append(ctx.c < z3.Int("cursor_pre"))
-    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon, ctx.H % s.seg == 0]
+    return out + [s.has_max, s.bpc == 1, ctx.c < s.prompt_horizon,
+                  ctx.final_horizon_chunks % s.per_segment == 0]

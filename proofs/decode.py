@@ -9,11 +9,11 @@ import z3
 
 from kvreach.impl.lifecycle import Lifecycle, Trace, run
 from kvreach.impl.load import wanted_chunks
-from kvreach.impl.rules import store_window
-from kvreach.params import GroupConfig, RequestConfig
+from kvreach.impl.rules import store_step
+from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
 from kvreach.proofs.scenarios import PR_54362
-from kvreach.spec.config import R_NONE, to_concrete
+from kvreach.spec.config import to_concrete
 from kvreach.spec.lifecycle import K_PREFILL, K_START, K_START_LOADED, KINDS, O_ACCEPT
 
 def pr_example_pins(ctx) -> list:
@@ -24,7 +24,7 @@ def pr_example_pins(ctx) -> list:
     s, ex = ctx.s, PR_54362
     return [
         s.B == ex.swa_block_size, s.W == ex.window, s.has_align, s.A == ex.alignment_tokens,
-        s.bpc == ex.blocks_per_chunk, z3.Not(s.eagle), s.rmode == R_NONE, s.P == ex.prompt,
+        s.bpc == ex.blocks_per_chunk, z3.Not(s.eagle), s.retention_mode == RetentionMode.NONE, s.P == ex.prompt,
         s.prompt_only, z3.Not(s.has_max), ctx.budget == ex.budget,
     ]
 
@@ -103,7 +103,7 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
         lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
         return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
     if obligation == "soundness":
-        return sorted(set(stored) - trace.loadable(model))
+        return sorted(set(stored) - trace.wanted(model))
     if obligation == "completeness":
         computed = trace.computed_tokens // trace.group.chunk_tokens
         return sorted(c for c in trace.needed(model) - set(stored) if c < computed)
@@ -245,7 +245,7 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
     lg, H, c, off = cex["lookup_groups"], cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
-    kept = store_window(cex["rule"], g, r, 0, H, True).chunks
+    kept = store_step(cex["rule"], g, r, 0, H, True).chunks
     if c not in kept:
         return []
     groups = lookup_groups_of(lg, g)
@@ -274,8 +274,8 @@ def decode_static(m, ctx) -> dict:
         extra = {}
     return extra | {
         "config": {"group": g.__dict__, "request": r.__dict__},
-        "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.H),
-        "boundary_block": _v(m, ctx.L),
+        "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.final_horizon_chunks),
+        "boundary_block": _v(m, ctx.boundary_block),
     }
 
 
@@ -288,5 +288,5 @@ def replay_mask(cex: dict, rule: str, model: str) -> tuple[frozenset[int], froze
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
     H = cex["final_horizon_chunks"]
-    kept = store_window(rule, g, r, 0, H, True).chunks
+    kept = store_step(rule, g, r, 0, H, True).chunks
     return frozenset(kept), wanted_chunks(model, g, r, H)

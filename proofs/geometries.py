@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.proofs.scenarios import ISSUE_9, PR_54362
-from kvreach.spec.config import R_NONE, R_POS, R_ZERO
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,11 @@ class Geometry:
         if self.full_block is not None:
             out.append(lk.full_block_tokens == self.full_block)
         if self.retention is None:
-            out.append(s.rmode == R_NONE)
+            out.append(s.retention_mode == RetentionMode.NONE)
         elif self.retention == 0:
-            out.append(s.rmode == R_ZERO)
+            out.append(s.retention_mode == RetentionMode.ZERO)
         else:
-            out += [s.rmode == R_POS, s.Rc * self.swa_block * self.bpc == self.retention]
+            out += [s.retention_mode == RetentionMode.POSITIVE, s.Rc * self.swa_block * self.bpc == self.retention]
         return out
 
     def example_pins(self, ctx) -> list:

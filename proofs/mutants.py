@@ -101,7 +101,7 @@ def wanted_early_witness(s, model, c, H):
 
 
 def chunk_reachable_off_by_one(s, c, F=None):
-    """``mask.chunk_reachable`` with ``r > seg - need`` instead of ``>=``."""
+    """``mask.chunk_reachable`` with ``r > per_segment - need`` instead of ``>=``."""
     return mask.chunk_reachable(s, c, F, tail_off_by_one=True)
 
 

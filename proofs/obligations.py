@@ -17,8 +17,9 @@ from typing import Callable
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.spec import load, mask
-from kvreach.spec.config import R_NONE, R_POS, SymConfig, _max, _min
+from kvreach.spec.config import SymConfig, _max, _min
 from kvreach.spec.lifecycle import (
     K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition,
 )
@@ -38,8 +39,8 @@ class Ctx:
     rule: str
     model: str
     c: z3.ArithRef = field(default_factory=lambda: z3.Int("chunk"))
-    L: z3.ArithRef = field(default_factory=lambda: z3.Int("boundary_block"))
-    H: z3.ArithRef = field(default_factory=lambda: z3.Int("final_horizon_chunks"))
+    boundary_block: z3.ArithRef = field(default_factory=lambda: z3.Int("boundary_block"))
+    final_horizon_chunks: z3.ArithRef = field(default_factory=lambda: z3.Int("final_horizon_chunks"))
     budget: z3.ArithRef = field(default_factory=lambda: z3.Int("budget"))
     store_fn: Callable | None = None  # a mutant's store decision
     variant: str | None = None  # a static mutant
@@ -94,12 +95,12 @@ def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
     the offload cap (prompt horizon with offload_prompt_only; max_offload_tokens;
     else unbounded: decode may go on)."""
     s = ctx.s
-    lo = tr.n - (s.e if ctx.rule == "vllm-0.29" else 0)
+    lo = tr.n - (s.shift if ctx.rule == "vllm-0.29" else 0)
     cap = z3.And(
-        z3.Implies(s.prompt_only, ctx.H <= s.prompt_horizon),
-        z3.Implies(s.has_max, ctx.H <= s.max_off / s.C),
+        z3.Implies(s.prompt_only, ctx.final_horizon_chunks <= s.prompt_horizon),
+        z3.Implies(s.has_max, ctx.final_horizon_chunks <= s.max_off / s.C),
     )
-    return z3.And(ctx.H >= lo, cap)
+    return z3.And(ctx.final_horizon_chunks >= lo, cap)
 
 
 # --- lifecycle obligations -----------------------------------------------
@@ -107,7 +108,7 @@ def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
 
 def _sound_step(ctx: Ctx, pre, tr, post):
     s = ctx.s
-    H = z3.If(tr.finished, tr.n, ctx.H)
+    H = z3.If(tr.finished, tr.n, ctx.final_horizon_chunks)
     return z3.And(
         z3.Implies(z3.Not(tr.finished), final_horizon_bounds(ctx, tr, post)),
         tr.submitted, z3.Not(load.wanted(s, ctx.model, ctx.c, H)),
@@ -118,7 +119,7 @@ def _complete_step(ctx: Ctx, pre, tr, post):
     s = ctx.s
     return z3.And(
         tr.finished,
-        load.needed(s, ctx.model, ctx.c, ctx.L, tr.n),
+        load.needed(s, ctx.model, ctx.c, ctx.boundary_block, tr.n),
         (ctx.c + 1) * s.C <= post.f,
         z3.Not(post.stored),
     )
@@ -177,7 +178,7 @@ def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
 
 
 def _mask_eq(ctx: Ctx):
-    s, c, H, L = ctx.s, ctx.c, ctx.H, ctx.L
+    s, c, H, L = ctx.s, ctx.c, ctx.final_horizon_chunks, ctx.boundary_block
     rng = [c >= 0, c < H]
     keep = one_shot_mask(ctx, c, H)
     if "config" in ctx.mutant:  # the keep decision under a mutated configuration
@@ -193,7 +194,7 @@ def _mask_eq(ctx: Ctx):
 
 
 def _load_witness(ctx: Ctx):
-    s, c, H, L = ctx.s, ctx.c, ctx.H, ctx.L
+    s, c, H, L = ctx.s, ctx.c, ctx.final_horizon_chunks, ctx.boundary_block
     return [Query(
         ctx.base() + [c >= 0, c < H, load.is_boundary(s, ctx.model, L, H), load.chunk_requested(s, c, L)],
         z3.Not(load.wanted(s, ctx.model, c, H, ctx.mutant.get("witness_early", 0))),
@@ -201,12 +202,12 @@ def _load_witness(ctx: Ctx):
 
 
 def _chunk_closed_form(ctx: Ctx):
-    s, c, F = ctx.s, ctx.c, ctx.H  # H used as a free final segment end (blocks)
+    s, c, F = ctx.s, ctx.c, ctx.final_horizon_chunks  # used as a free final segment end (blocks)
     j = z3.Int("block_in_chunk")
     first = c * s.bpc
     lo, _ = mask.final_tail_bounds(s, F)
     end = s.replay_end_block()
-    r = (first + s.bpc - 1 - s.e) % s.seg
+    r = (first + s.bpc - 1 - s.shift) % s.per_segment
     witnesses = [
         s.bpc - 1, s.bpc - 1 - r - 1,
         z3.If(lo > first, lo - first, 0),
@@ -224,7 +225,7 @@ def _chunk_closed_form(ctx: Ctx):
 
 
 def _load_window_blocks(ctx: Ctx):
-    s, L = ctx.s, ctx.L
+    s, L = ctx.s, ctx.boundary_block
     first_tok = L * s.B - (s.W - 1)
     need0, side = s.need0, []
     if "config" in ctx.mutant:  # a mutated configuration's need0
@@ -267,7 +268,8 @@ def promised(ctx: Ctx, t) -> z3.BoolRef:
     end = lk.local_hit_tokens + t.hit_tokens
     repeated = z3.And(lk.num_tokens == s.P, ctx.shared == s.P, lk.local_hit_tokens == 0,
                       z3.Not(lk.has_max_load))
-    return z3.Or(s.rmode == R_NONE, z3.And(s.rmode == R_POS, end % (s.Rc * s.C) == 0), repeated)
+    return z3.Or(s.retention_mode == RetentionMode.NONE,
+                 z3.And(s.retention_mode == RetentionMode.POSITIVE, end % (s.Rc * s.C) == 0), repeated)
 
 
 def _hit_step(ctx: Ctx, pre, tr, post):
@@ -298,7 +300,7 @@ def _no_waste(ctx: Ctx):
     is missing from the rule's stores."""
     from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
 
-    s, c, H = ctx.s, ctx.c, ctx.H
+    s, c, H = ctx.s, ctx.c, ctx.final_horizon_chunks
     off = z3.Int("offloadable_tokens")
     kept = lambda x: z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))  # noqa: E731
     b1 = (c * s.C / s.A + 1) * s.A

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.proofs.obligations import OBLIGATIONS, Ctx, Obligation
 from kvreach.spec import mask
-from kvreach.spec.config import R_NONE
 from kvreach.spec.lifecycle import O_REFUSED
 
 WORLD_SCOPE = (
@@ -46,7 +46,7 @@ def incarnation_invariant(ctx: Ctx, st) -> z3.BoolRef:
     s, c = ctx.s, ctx.c
     kept = z3.BoolVal(True)
     if ctx.rule == "vllm-0.33":
-        kept = z3.Implies(z3.And(s.rmode == R_NONE, s.has_align, z3.Not(s.eagle)),
+        kept = z3.Implies(z3.And(s.retention_mode == RetentionMode.NONE, s.has_align, z3.Not(s.eagle)),
                           mask.chunk_reachable(s, c, s.prompt_horizon * s.bpc))
     return z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
 

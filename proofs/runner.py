@@ -24,7 +24,9 @@ from importlib import resources
 import z3
 
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
-from kvreach.proofs import decode, restarts
+# obligations before restarts: a spawned worker imports this module first, and
+# restarts <-> obligations import each other (obligations must start the cycle)
+from kvreach.proofs import decode, obligations, restarts  # noqa: F401
 from kvreach.proofs.mutants import MUTANTS, PLANTS
 from kvreach.proofs.obligations import (
     OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,

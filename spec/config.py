@@ -11,10 +11,11 @@ Boolean; ``well_formed()`` states what vLLM 0.33.0 accepts. Units:
   ``kvreach.spec.lookup.LookupSym``);
 - ``need0 = ceil((W - 1) / B)`` (``SlidingWindowManager._contiguous_blocks_for_hit``
   without the EAGLE block) is tied to ``W`` by ``(need0-1)*B < W-1 <= need0*B``;
-- alignment: ``A = psA * B`` (``alignment_tokens`` representable per block) or
+- alignment: ``A = alignment_blocks * B`` (``alignment_tokens`` representable per block) or
   none. ``alignment_tokens % B != 0`` (vLLM's deliberate dense fallback) is
   outside the symbolic scope; see docs/spec.md.
-- retention: ``rmode`` None / 0 / >0 with ``R = Rc * C`` (vLLM requires a
+- retention: ``retention_mode``, a ``kvreach.params.RetentionMode`` (NONE / ZERO /
+  POSITIVE: interval None / 0 / >0) as a Z3 integer, with ``R = Rc * C`` (vLLM requires a
   multiple of the SWA chunk, ``SchedulerOffloadConfig.from_spec``).
 """
 
@@ -24,9 +25,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvreach.params import GroupConfig, RequestConfig
-
-R_NONE, R_ZERO, R_POS = 0, 1, 2
+from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 
 
 @dataclass
@@ -38,9 +37,9 @@ class SymConfig:
     bpc: z3.ArithRef
     C: z3.ArithRef
     has_align: z3.BoolRef
-    psA: z3.ArithRef
+    alignment_blocks: z3.ArithRef
     A: z3.ArithRef
-    rmode: z3.ArithRef
+    retention_mode: z3.ArithRef
     Rc: z3.ArithRef
     P: z3.ArithRef
     has_max: z3.BoolRef
@@ -51,11 +50,13 @@ class SymConfig:
     def fresh(prefix: str = "") -> "SymConfig":
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
-        B, bpc, psA = I("B"), I("blocks_per_chunk"), I("psA")
+        # the Z3 name stays "psA" and B, bpc, psA are created first, as before the
+        # rename: the solver runs (rlimit, the models counterexamples show) depend on both
+        B, bpc, ab = I("B"), I("blocks_per_chunk"), I("psA")
         return SymConfig(
             B=B, W=I("window"), need0=I("need0"), eagle=Bo("eagle"), bpc=bpc,
-            C=I("chunk_tokens"), has_align=Bo("has_alignment"), psA=psA,
-            A=I("alignment_tokens"), rmode=I("retention_mode"),
+            C=I("chunk_tokens"), has_align=Bo("has_alignment"), alignment_blocks=ab,
+            A=I("alignment_tokens"), retention_mode=I("retention_mode"),
             Rc=I("retention_chunks"), P=I("prompt_tokens"),
             has_max=Bo("has_max_offload"), max_off=I("max_offload_tokens"),
             prompt_only=Bo("offload_prompt_only"),
@@ -63,34 +64,36 @@ class SymConfig:
 
     # --- derived --------------------------------------------------------
     @property
-    def e(self) -> z3.ArithRef:
+    def shift(self) -> z3.ArithRef:
         """EAGLE shift (``reachable_block_mask``: shift = 1 if use_eagle)."""
         return z3.If(self.eagle, 1, 0)
 
     @property
     def need(self) -> z3.ArithRef:
         """``_contiguous_blocks_for_hit`` at block B, EAGLE block included."""
-        return self.need0 + self.e
+        return self.need0 + self.shift
 
     @property
-    def seg(self) -> z3.ArithRef:
-        """Segment length in blocks: alignment (R None), R (R > 0); with no
-        alignment every chunk boundary (the load side's granularity)."""
+    def per_segment(self) -> z3.ArithRef:
+        """vLLM's ``per_segment``: the segment length in blocks (``segment_tokens``
+        over B): alignment (R None), R (R > 0); with no alignment every chunk
+        boundary (the load side's granularity)."""
         return z3.If(
             z3.Not(self.has_align), self.bpc,
-            z3.If(self.rmode == R_POS, self.Rc * self.bpc, self.psA),
+            z3.If(self.retention_mode == RetentionMode.POSITIVE, self.Rc * self.bpc,
+                  self.alignment_blocks),
         )
 
     @property
     def has_segments(self) -> z3.BoolRef:
-        return z3.Or(z3.Not(self.has_align), self.rmode != R_ZERO)
+        return z3.Or(z3.Not(self.has_align), self.retention_mode != RetentionMode.ZERO)
 
     @property
     def dense(self) -> z3.BoolRef:
         """``reachable_block_mask`` returns None."""
         return z3.Or(
             z3.Not(self.has_align),
-            z3.And(self.rmode != R_ZERO, self.need >= self.seg),
+            z3.And(self.retention_mode != RetentionMode.ZERO, self.need >= self.per_segment),
         )
 
     @property
@@ -113,24 +116,25 @@ class SymConfig:
     def replay_boundary(self) -> z3.ArithRef:
         """The replay boundary ``num_prompt_tokens - 1`` aligned down to
         ``alignment_tokens``, in blocks (``reachable_boundaries``)."""
-        return (self.P - 1) / self.A * self.psA
+        return (self.P - 1) / self.A * self.alignment_blocks
 
     def replay_end_block(self, boundary_tokens=None) -> z3.ArithRef:
         """End block of a reachable boundary's tail (``reachable_boundaries``,
         ``SlidingWindowManager.reachable_block_mask``): the boundary aligned
         down to ``alignment_tokens`` (default the replay boundary), plus shift."""
-        b = self.replay_boundary if boundary_tokens is None else boundary_tokens / self.A * self.psA
-        return b + self.e
+        b = (self.replay_boundary if boundary_tokens is None
+             else boundary_tokens / self.A * self.alignment_blocks)
+        return b + self.shift
 
     def well_formed(self) -> z3.BoolRef:
         return z3.And(
             self.B >= 1, self.W >= 2, self.bpc >= 1, self.C == self.B * self.bpc,
             self.need0 >= 0,
             (self.need0 - 1) * self.B < self.W - 1, self.W - 1 <= self.need0 * self.B,
-            self.psA >= 1, self.A == self.psA * self.B,
-            z3.Or(self.rmode == R_NONE, self.rmode == R_ZERO, self.rmode == R_POS),
+            self.alignment_blocks >= 1, self.A == self.alignment_blocks * self.B,
+            z3.Or([self.retention_mode == m for m in RetentionMode]),
             self.Rc >= 1,
-            z3.Implies(z3.Not(self.has_align), self.rmode == R_NONE),
+            z3.Implies(z3.Not(self.has_align), self.retention_mode == RetentionMode.NONE),
             self.P >= 1, self.max_off >= 0,
         )
 
@@ -149,11 +153,12 @@ class SymConfig:
         if r.max_offload_tokens is not None:
             eqs.append(self.max_off == r.max_offload_tokens)
         if g.retention_interval is None:
-            eqs.append(self.rmode == R_NONE)
+            eqs.append(self.retention_mode == RetentionMode.NONE)
         elif g.retention_interval == 0:
-            eqs.append(self.rmode == R_ZERO)
+            eqs.append(self.retention_mode == RetentionMode.ZERO)
         else:
-            eqs += [self.rmode == R_POS, self.Rc * g.chunk_tokens == g.retention_interval]
+            eqs += [self.retention_mode == RetentionMode.POSITIVE,
+                    self.Rc * g.chunk_tokens == g.retention_interval]
         return z3.And(eqs)
 
 
@@ -169,15 +174,15 @@ def to_concrete(m: z3.ModelRef, s: SymConfig) -> tuple[GroupConfig, RequestConfi
     """Decode a model into the concrete configuration (block_size = B, DCP 1)."""
     v = lambda x: m.eval(x, model_completion=True).as_long()  # noqa: E731
     b = lambda x: z3.is_true(m.eval(x, model_completion=True))  # noqa: E731
-    rmode = v(s.rmode)
+    retention_mode = v(s.retention_mode)
     has_align = b(s.has_align)
     g = GroupConfig(
         block_size=v(s.B), window=v(s.W),
         alignment_tokens=v(s.A) if has_align else None,
         blocks_per_chunk=v(s.bpc), eagle=b(s.eagle),
         retention_interval=(
-            None if rmode == R_NONE or not has_align
-            else 0 if rmode == R_ZERO else v(s.Rc) * v(s.C)
+            None if retention_mode == RetentionMode.NONE or not has_align
+            else 0 if retention_mode == RetentionMode.ZERO else v(s.Rc) * v(s.C)
         ),
     )
     r = RequestConfig(

@@ -37,7 +37,7 @@ from typing import Callable
 
 import z3
 
-from kvreach.spec.config import R_NONE, SymConfig, _max
+from kvreach.spec.config import SymConfig, _max
 from kvreach.spec.rules import (
     RULES, STATIC_KEEP, final_segment_end, finish_tokens, storable_chunks,
 )

@@ -10,7 +10,7 @@ obligation ``load-window-blocks`` proves it.)
 
 Hit boundaries a later lookup can produce (``_lookup_complete_chunks``):
 
-- ``aligned``: every multiple ``k * seg`` of the segment length (alignment
+- ``aligned``: every multiple ``k * per_segment`` of the segment length (alignment
   tokens; the retention interval when one is set; every chunk boundary with no
   alignment; none for retention interval 0, where only the replay boundary
   ``num_prompt_tokens - 1`` aligned down remains). A later request may extend
@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import z3
 
-from kvreach.spec.config import R_NONE, R_ZERO, SymConfig, _max
+from kvreach.params import RetentionMode
+from kvreach.spec.config import SymConfig, _max
 
 MODELS = ("aligned", "intended")
 
 
 def requested_blocks(s: SymConfig, L):
     """``[lo, hi)`` blocks requested by a hit at block boundary ``L``."""
-    return _max(0, L - s.need0), L + s.e
+    return _max(0, L - s.need0), L + s.shift
 
 
 def chunk_requested(s: SymConfig, c, L) -> z3.BoolRef:
@@ -59,7 +60,7 @@ def servable(s: SymConfig, L, H) -> z3.BoolRef:
 def segment_boundary(s: SymConfig, L) -> z3.BoolRef:
     """``L`` is a positive multiple of the segment length (blocks)."""
     return z3.And(
-        z3.Or(z3.Not(s.has_align), s.rmode != R_ZERO), L >= 1, L % s.seg == 0,
+        z3.Or(z3.Not(s.has_align), s.retention_mode != RetentionMode.ZERO), L >= 1, L % s.per_segment == 0,
     )
 
 
@@ -72,21 +73,21 @@ def is_boundary(s: SymConfig, model: str, L, H) -> z3.BoolRef:
     """``L`` (blocks) is a hit boundary of ``model`` for final horizon ``H``."""
     parts = [
         segment_boundary(s, L),
-        z3.And(s.has_align, s.rmode != R_NONE, L == replay_boundary(s), L >= 1),
+        z3.And(s.has_align, s.retention_mode != RetentionMode.NONE, L == replay_boundary(s), L >= 1),
     ]
     if model == "intended":
         parts.append(z3.And(
-            z3.Not(s.eagle), s.rmode == R_NONE, H >= 1, L == H * s.bpc,
+            z3.Not(s.eagle), s.retention_mode == RetentionMode.NONE, H >= 1, L == H * s.bpc,
         ))
     return z3.Or(parts)
 
 
 def segment_witness(s: SymConfig, c, early: int = 0):
     """The first segment boundary whose request can reach chunk ``c``: the
-    smallest ``k >= 1`` with ``k * seg + shift > c * bpc``. ``early``: that
+    smallest ``k >= 1`` with ``k * per_segment + shift > c * bpc``. ``early``: that
     many segments too early (a mutant only)."""
-    k = (c * s.bpc - s.e) / s.seg + (1 - early)
-    return z3.If(k >= 1, k, 1) * s.seg
+    k = (c * s.bpc - s.shift) / s.per_segment + (1 - early)
+    return z3.If(k >= 1, k, 1) * s.per_segment
 
 
 def wanted(s: SymConfig, model: str, c, H, witness_early: int = 0) -> z3.BoolRef:
@@ -96,12 +97,12 @@ def wanted(s: SymConfig, model: str, c, H, witness_early: int = 0) -> z3.BoolRef
     w = segment_witness(s, c, witness_early)
     parts = [
         z3.And(segment_boundary(s, w), chunk_requested(s, c, w)),
-        z3.And(s.has_align, s.rmode != R_NONE, replay_boundary(s) >= 1,
+        z3.And(s.has_align, s.retention_mode != RetentionMode.NONE, replay_boundary(s) >= 1,
                chunk_requested(s, c, replay_boundary(s))),
     ]
     if model == "intended":
         parts.append(z3.And(
-            z3.Not(s.eagle), s.rmode == R_NONE, H >= 1,
+            z3.Not(s.eagle), s.retention_mode == RetentionMode.NONE, H >= 1,
             chunk_requested(s, c, H * s.bpc),
         ))
     return z3.And(c >= 0, c < H, z3.Or(parts))

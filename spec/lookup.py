@@ -252,7 +252,8 @@ class LookupSym:
         return self.full_block_tokens * self.bpc
 
     @property
-    def e(self):
+    def shift(self):
+        """EAGLE shift, as ``SymConfig.shift`` (``reachable_block_mask``)."""
         return z3.If(self.eagle, 1, 0)
 
     def well_formed(self) -> z3.BoolRef:
@@ -336,12 +337,12 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
     query_max = z3.If(s.eagle, _min(m3 + C, n_keys * C), m3)
     num_chunks = _min(cdiv(query_max, C), n_keys)
     start = local / C
-    w = window_chunks(s.W, s.extra, C, s.variant) + s.e
-    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.e) * C), s.variant) + s.e
+    w = window_chunks(s.W, s.extra, C, s.variant) + s.shift
+    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.shift) * C), s.variant) + s.shift
     w0 = w0 + widen_initial_by
     n = _max(0, num_chunks - start)
     scan = keys.swa_scan(start, n, w, w0)
-    m4 = _min(m3, C * (start + scan.end - s.e))
+    m4 = _min(m3, C * (start + scan.end - s.shift))
     zero.append(z3.Or(m3 - local < C, scan.end == 0, m4 - local < C))
     hit = z3.If(z3.Or(zero), 0, m4 - local)
     verified = (start + _max(0, scan.end - run_length(scan.end, n, w, w0)), start + scan.end)

@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import z3
 
-from kvreach.spec.config import R_NONE, SymConfig, _max
+from kvreach.params import RetentionMode
+from kvreach.spec.config import SymConfig, _max
 
 
 def in_tail(s: SymConfig, i) -> z3.BoolRef:
     """Segment-boundary tail: ``i >= shift and (i - shift) % per_segment >=
     per_segment - need``."""
     return z3.And(
-        s.has_segments, i >= s.e, (i - s.e) % s.seg >= s.seg - s.need,
+        s.has_segments, i >= s.shift, (i - s.shift) % s.per_segment >= s.per_segment - s.need,
     )
 
 
 def final_tail_bounds(s: SymConfig, F):
-    """``[max(F - F % ps, F - need), F)`` of the final partial segment."""
-    return _max(F - F % s.seg, F - s.need), F
+    """``[max(F - F % per_segment, F - need), F)`` of the final partial segment."""
+    return _max(F - F % s.per_segment, F - s.need), F
 
 
 def in_final_tail(s: SymConfig, i, F) -> z3.BoolRef:
@@ -39,7 +40,7 @@ def in_final_tail(s: SymConfig, i, F) -> z3.BoolRef:
         return z3.BoolVal(False)
     lo, hi = final_tail_bounds(s, F)
     return z3.And(
-        z3.Not(s.eagle), s.has_segments, F % s.seg != 0, lo <= i, i < hi,
+        z3.Not(s.eagle), s.has_segments, F % s.per_segment != 0, lo <= i, i < hi,
     )
 
 
@@ -47,7 +48,7 @@ def in_replay_tail(s: SymConfig, i) -> z3.BoolRef:
     """With a retention interval: the ``need`` blocks ending at the replay
     boundary (``reachable_boundaries``)."""
     end = s.replay_end_block()
-    return z3.And(s.rmode != R_NONE, end - s.need <= i, i < end)
+    return z3.And(s.retention_mode != RetentionMode.NONE, end - s.need <= i, i < end)
 
 
 def block_reachable(s: SymConfig, i, F=None) -> z3.BoolRef:
@@ -69,35 +70,35 @@ def _interval_meets_chunk(s: SymConfig, c, lo, hi) -> z3.BoolRef:
 def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
                     boundaries=()) -> z3.BoolRef:
     """Closed form of "some block of chunk ``c`` is reachable".
-    ``tail_off_by_one``: the mutant testing ``r > seg - need`` instead of
+    ``tail_off_by_one``: the mutant testing ``r > per_segment - need`` instead of
     ``>=``. ``boundaries``: further reachable boundaries (tokens, 0 = none)
     beside the replay boundary, as ``_build_store_jobs`` adds
     ``Request.shared_prefix_boundary`` with a retention interval (world
     "vllm", finding F8)."""
     first = c * s.bpc
     last = first + s.bpc - 1
-    r = (last - s.e) % s.seg
+    r = (last - s.shift) % s.per_segment
     prev_tail_block = last - r - 1  # last block of the previous segment
-    in_last_tail = r > s.seg - s.need if tail_off_by_one else r >= s.seg - s.need
+    in_last_tail = r > s.per_segment - s.need if tail_off_by_one else r >= s.per_segment - s.need
     seg_hit = z3.And(
         s.has_segments, s.need >= 1,
         z3.Or(
-            z3.And(last >= s.e, in_last_tail),
-            z3.And(prev_tail_block >= first, prev_tail_block >= s.e),
+            z3.And(last >= s.shift, in_last_tail),
+            z3.And(prev_tail_block >= first, prev_tail_block >= s.shift),
         ),
     )
     parts = [s.dense, seg_hit]
     if F is not None:
         lo, hi = final_tail_bounds(s, F)
         parts.append(z3.And(
-            z3.Not(s.eagle), s.has_segments, F % s.seg != 0,
+            z3.Not(s.eagle), s.has_segments, F % s.per_segment != 0,
             _interval_meets_chunk(s, c, lo, hi),
         ))
     end = s.replay_end_block()
-    parts.append(z3.And(s.rmode != R_NONE, _interval_meets_chunk(s, c, end - s.need, end)))
+    parts.append(z3.And(s.retention_mode != RetentionMode.NONE, _interval_meets_chunk(s, c, end - s.need, end)))
     for b in boundaries:
         end = s.replay_end_block(b)
-        parts.append(z3.And(s.rmode != R_NONE, b > 0,
+        parts.append(z3.And(s.retention_mode != RetentionMode.NONE, b > 0,
                             _interval_meets_chunk(s, c, end - s.need, end)))
     return z3.Or(parts)
 
@@ -118,5 +119,5 @@ def v029_chunk_reachable(s: SymConfig, c, storable, wc) -> z3.BoolRef:
     pos = c % acc
     seg_start = c - pos
     actual = z3.If(acc <= storable - seg_start, acc, storable - seg_start)
-    return z3.Or(dense, pos >= actual - (wc + s.e))
+    return z3.Or(dense, pos >= actual - (wc + s.shift))
 

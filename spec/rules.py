@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import z3
 
+from kvreach.params import RetentionMode
 from kvreach.spec import mask
-from kvreach.spec.config import R_NONE, R_POS, R_ZERO, SymConfig, _max, _min
+from kvreach.spec.config import SymConfig, _max, _min
 
 
 @dataclass
@@ -42,7 +43,7 @@ def finish_tokens(s: SymConfig, rule: str, num_tokens) -> z3.ArithRef:
 def no_final_segment(s: SymConfig) -> z3.BoolRef:
     """``_build_store_jobs`` hands the mask no final segment end: a retention
     interval is set or the group is EAGLE."""
-    return z3.Or(s.eagle, s.rmode != R_NONE)
+    return z3.Or(s.eagle, s.retention_mode != RetentionMode.NONE)
 
 
 def final_segment_end(s: SymConfig, H) -> z3.ArithRef:
@@ -56,8 +57,8 @@ def partial_segment_start(s: SymConfig, n) -> z3.ArithRef:
     """Chunk where the final partial segment of ``n`` chunks starts
     (``_final_swa_alignment_blocks``: the alignment in blocks, representable
     and non-EAGLE)."""
-    hb = n * s.bpc
-    return (hb - hb % s.psA) / s.bpc
+    horizon_blocks = n * s.bpc
+    return (horizon_blocks - horizon_blocks % s.alignment_blocks) / s.bpc
 
 
 def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: bool = False,
@@ -77,7 +78,7 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     horizon = n if horizon_at_frontier else z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
     has_horizon = z3.And(z3.Not(no_final_segment(s)), horizon >= 0)
     reconsider = z3.And(
-        finished, n != Hp, s.rmode == R_NONE, s.has_align, z3.Not(s.eagle),
+        finished, n != Hp, s.retention_mode == RetentionMode.NONE, s.has_align, z3.Not(s.eagle),
     )
     start = z3.If(reconsider, _min(cursor, partial_segment_start(s, n)), cursor)
     reach = z3.If(
@@ -103,25 +104,25 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     """``kvreach.impl.rules.lookup_window_keep``: chunk ``c`` lies in
     ``[b - ws, b + shift)`` for a boundary ``b`` (chunks) a later lookup can end
     at, ``ws = ceil((W + extra) / C) + shift`` (``s.W`` is the mask window
-    ``W + extra``): the multiples of the segment (``k = (c + ws) // seg >= 1``
-    and ``k * seg > c - shift``) and, with a retention interval, the repeated
+    ``W + extra``): the multiples of the segment (``k = (c + ws) // segment_chunks >= 1``
+    and ``k * segment_chunks > c - shift``) and, with a retention interval, the repeated
     prompt's boundary ``floor(P' / A) * A``, ``P'`` the prompt's offloadable
     tokens. Dense when the alignment is not a whole
     number of chunks. ``short_by``: the mutant keeping a shorter run."""
     from kvreach.spec.lookup import cdiv
 
-    C, ew = s.C, s.e
-    ws = cdiv(s.W, C) + ew - short_by
-    seg_c = z3.If(s.rmode == R_POS, s.Rc, s.A / C)
-    k = (c + ws) / seg_c
-    in_seg = z3.And(s.rmode != R_ZERO, k >= 1, k * seg_c > c - ew)
+    C, shift = s.C, s.shift
+    ws = cdiv(s.W, C) + shift - short_by
+    segment_chunks = z3.If(s.retention_mode == RetentionMode.POSITIVE, s.Rc, s.A / C)
+    k = (c + ws) / segment_chunks
+    in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * segment_chunks > c - shift)
     b = s.prompt_offloadable / s.A * (s.A / C)
-    in_replay = z3.And(s.rmode != R_NONE, b >= 1, b - ws <= c, c < b + ew)
+    in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, b - ws <= c, c < b + shift)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
 
 
 def lookup_window_store(s: SymConfig, cursor, n, finished, c, aux, short_by: int = 0) -> StoreStep:
-    """kvreach's rule ``lookup-window`` (``kvreach.impl.rules.store_window``):
+    """kvreach's rule ``lookup-window`` (``kvreach.impl.rules.store_step``):
     the chunks in ``[cursor, n)`` that :func:`lookup_window_keep` keeps; the
     cursor moves to ``max(cursor, n)``. The keep decision does not depend on
     the step, so no horizon and no reconsideration."""

@@ -122,7 +122,7 @@ def test_chunk_mask_equals_spec(cfg, data):
 
 @settings(max_examples=40 * SCALE, **SETTINGS)
 @given(cfg=configs(max_prompt=300), data=st.data())
-def test_store_window_equals_spec(cfg, data):
+def test_store_step_equals_spec(cfg, data):
     g, r = cfg
     ev = Evaluator(g, r)
     prompt_h = irules.prompt_horizon_chunks(g, r)
@@ -135,7 +135,7 @@ def test_store_window_equals_spec(cfg, data):
     for rule in RULES:
         for finished in (False, True):
             for cursor in cursors:
-                w = irules.store_window(rule, g, r, cursor, n, finished)
+                w = irules.store_step(rule, g, r, cursor, n, finished)
                 assert ev.next_cursor(rule, cursor, n, finished) == w.next_cursor
                 lo = max(0, min(cursor, n) - seg_chunks - 2)
                 for c in range(lo, n + 2):

@@ -9,7 +9,7 @@ import pytest
 from kvreach.impl import load as iload
 from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.impl.rules import (
-    block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_window,
+    block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_step,
 )
 from kvreach.proofs.scenarios import PR_54362
 from kvreach.params import (
@@ -89,12 +89,12 @@ def test_dense_fallbacks(g):
     assert g.dense
     assert reachable_block_mask(0, 50, g, 1200, final_segment_end_block=50) is None
     assert all(chunk_reachable(c, g, 1200, 50) for c in range(50))
-    w = store_window("vllm-0.33", g, PR_REQ, 0, 50, False)
+    w = store_step("vllm-0.33", g, PR_REQ, 0, 50, False)
     assert w.block_mask is None and w.chunks == tuple(range(50))
 
 
 def test_not_dense_just_below_threshold():
-    g = GroupConfig(block_size=4, window=16, alignment_tokens=20)  # need 4 < ps 5
+    g = GroupConfig(block_size=4, window=16, alignment_tokens=20)  # need 4 < per_segment 5
     assert not g.dense
     assert _set(reachable_block_mask(0, 10, g, 100), 0) == {1, 2, 3, 4, 6, 7, 8, 9}
 
@@ -134,7 +134,7 @@ def test_pr_completed_prompt_033():
     assert [s.num_chunks for s in t.steps] == [250, 300, 300]
     assert len(t.stored) == 135 == len(set(t.stored))
     assert set(t.stored) == COMPLETED
-    assert t.final_chunks == 300
+    assert t.final_horizon_chunks == 300
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
@@ -159,9 +159,9 @@ def test_pr_completed_prompt_029_adds_intermediate_tail():
 
 def test_pr_loadable_sets():
     t = run("vllm-0.33", PR, PR_REQ, PR_LC)
-    assert t.loadable("intended") == COMPLETED
+    assert t.wanted("intended") == COMPLETED
     assert t.needed("intended") == COMPLETED
-    assert t.loadable("aligned") == _tails(32)  # no boundary at 300
+    assert t.wanted("aligned") == _tails(32)  # no boundary at 300
     assert iload.needed_chunks("aligned", PR, PR_REQ, 300) == _tails(31) | {293, 294, 295, 296}
 
 

@@ -29,7 +29,7 @@ def simulate(
     trace = _run_scenario(rule, s)
     load_model, g = s.load_model, trace.group
 
-    loadable, needed = trace.loadable(load_model), trace.needed(load_model)
+    loadable, needed = trace.wanted(load_model), trace.needed(load_model)
     stored = list(trace.stored)
     tj = trace.to_json(load_model)
     derived = {
@@ -52,7 +52,7 @@ def simulate(
                 "needed": sorted(needed),
                 "stored_not_loadable": sorted(set(stored) - loadable),
                 "needed_not_stored": sorted(needed - set(stored)),
-                "final_chunks": trace.final_chunks,
+                "final_chunks": trace.final_horizon_chunks,
                 "computed_tokens": trace.computed_tokens,
             }},
             "trace": tj,
@@ -65,6 +65,6 @@ def simulate(
     out.print(_config_line(tj["group"], tj["request"], tj["lifecycle"]), markup=False, soft_wrap=True)
     out.print(" ".join(f"{k}={v}" for k, v in derived.items()), markup=False, soft_wrap=True)
     _print_steps(out, tj, set(loadable), "SWA group: steps")
-    out.print(f"final horizon {trace.final_chunks} chunks, computed {trace.computed_tokens} tokens",
+    out.print(f"final horizon {trace.final_horizon_chunks} chunks, computed {trace.computed_tokens} tokens",
               soft_wrap=True)
     _sets_summary(out, stored, set(loadable), set(needed), load_model)

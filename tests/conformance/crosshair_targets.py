@@ -1,7 +1,7 @@
 """CrossHair targets: plain-int adapters around kvreach.impl rules, and
 mutants carrying the *same* deal contracts. A mutant is the one rule with one
 mutation parameter set (``rules._block_mask``'s ``need`` / ``shift``,
-``rules._store_horizon`` / ``rules._store_window``'s ``frontier_final``,
+``rules._store_horizon`` / ``rules._store_step``'s ``frontier_final``,
 ``lookup.scan``'s ``reset_window_on_break``), never a copy of it.
 
 Test data for ``tests/conformance/test_crosshair.py`` and
@@ -29,7 +29,7 @@ from kvreach.impl.rules import (
     horizon_is_final,
     mask_matches_hits,
     store_horizon_chunks,
-    submitted_loadable,
+    submitted_wanted,
 )
 from kvreach.params import GroupConfig, RequestConfig, cdiv
 
@@ -193,7 +193,7 @@ def horizon_prefix_frontier(
 
 
 # ---------------------------------------------------------------------------
-# store_window (vllm-0.33), with the load-side contract ``submitted_loadable``
+# store_step (vllm-0.33), with the load-side contract ``submitted_wanted``
 # ---------------------------------------------------------------------------
 
 
@@ -208,11 +208,11 @@ def _store_bounds(block_size, window, alignment_tokens, prompt_tokens, cursor, n
 def _store_post(block_size, window, alignment_tokens, prompt_tokens, cursor, num_chunks, finished, result):
     g = _group(block_size, window, alignment_tokens, False)
     req = RequestConfig(prompt_tokens)
-    return submitted_loadable("vllm-0.33", g, req, cursor, num_chunks, finished, result)
+    return submitted_wanted("vllm-0.33", g, req, cursor, num_chunks, finished, result)
 
 
 def store_contract(f):
-    """``rules.store_window``'s load-side contract (``submitted_loadable``) for
+    """``rules.store_step``'s load-side contract (``submitted_wanted``) for
     a non-EAGLE group without retention interval under vllm-0.33."""
     return deal.pre(_store_bounds)(deal.ensure(_store_post)(f))
 
@@ -221,20 +221,20 @@ def store_contract(f):
 def store_real(
     block_size: int, window: int, alignment_tokens: int | None, prompt_tokens: int,
     cursor: int, num_chunks: int, finished: bool,
-) -> rules.StoreWindow:
+) -> rules.StoreStep:
     g = _group(block_size, window, alignment_tokens, False)
-    return rules.store_window("vllm-0.33", g, RequestConfig(prompt_tokens), cursor, num_chunks, finished)
+    return rules.store_step("vllm-0.33", g, RequestConfig(prompt_tokens), cursor, num_chunks, finished)
 
 
 @store_contract
 def store_prefix_frontier(
     block_size: int, window: int, alignment_tokens: int | None, prompt_tokens: int,
     cursor: int, num_chunks: int, finished: bool,
-) -> rules.StoreWindow:
+) -> rules.StoreStep:
     """MUTANT (pre-fix horizon) of the vllm-0.33 store step: the mask's final
     segment end is the current storable count, running or not."""
     g = _group(block_size, window, alignment_tokens, False)
-    return rules._store_window(
+    return rules._store_step(
         "vllm-0.33", g, RequestConfig(prompt_tokens), cursor, num_chunks, finished,
         frontier_final=True,
     )

@@ -4,7 +4,7 @@
   signature shared with ``vllm_diff_targets.vllm_mask`` (vLLM 0.33.0's
   ``SlidingWindowManager.reachable_block_mask``; kept in its own module so
   that importing this one does not import torch/vLLM).
-- ``store_v029`` / ``store_v033``: ``kvreach.impl.rules.store_window`` with the
+- ``store_v029`` / ``store_v033``: ``kvreach.impl.rules.store_step`` with the
   rule fixed, returning the submitted chunks and the cursor after the step.
 
 Inputs outside the bounds return ``OUT_OF_BOUNDS`` from both sides (so they
@@ -85,7 +85,7 @@ def _store(rule, block_size, window, alignment_tokens, prompt_tokens, cursor, nu
     ):
         return OUT_OF_BOUNDS
     g = GroupConfig(block_size=block_size, window=window, alignment_tokens=alignment_tokens)
-    w = rules.store_window(rule, g, RequestConfig(prompt_tokens), cursor, num_chunks, finished)
+    w = rules.store_step(rule, g, RequestConfig(prompt_tokens), cursor, num_chunks, finished)
     return (w.chunks, w.next_cursor)
 
 

@@ -4,7 +4,7 @@
   ``SlidingWindowManager.reachable_block_mask`` (plain-int adapters,
   ``diff_targets.impl_mask`` / ``vllm_diff_targets.vllm_mask``; bounds in
   ``diff_targets``): no difference found within the timeout.
-- kvreach's vllm-0.29 vs vllm-0.33 store step (``store_window`` with the rule
+- kvreach's vllm-0.29 vs vllm-0.33 store step (``store_step`` with the rule
   fixed): a difference is found, reported as a concrete input, and replaying
   that input gives different results.
 """

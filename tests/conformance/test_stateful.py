@@ -7,7 +7,7 @@ interleavings of chunked-prefill steps (any size within the per-step budget,
 way ``OffloadingConnectorScheduler._build_store_jobs`` does:
 ``RequestConfig.offloadable`` (``_calc_num_offloadable_tokens``) ->
 ``storable_chunks`` (``RequestOffloadState.storable_chunks``) ->
-``store_window`` (mask + ``next_stored_chunk_idx``), with ``finish_tokens`` for
+``store_step`` (mask + ``next_stored_chunk_idx``), with ``finish_tokens`` for
 a normal finish. The manager accepts every store and no block is null.
 
 Invariants after every step:
@@ -18,7 +18,7 @@ Invariants after every step:
 At the end of the request (finish or abort; a run that stops early is aborted
 in teardown), against the final horizon ``H`` (the last ``storable_chunks``):
 - every submitted chunk is loadable under the ``intended`` load model
-  (``kvreach.impl.load.loadable_chunks``), for a sparse mask (the dense
+  (``kvreach.impl.load.wanted_chunks``), for a sparse mask (the dense
   fallbacks store every chunk by design);
 - every loadable chunk below ``H`` was submitted.
 
@@ -45,8 +45,8 @@ from hypothesis.stateful import (
 )
 
 from kvreach.impl import contracts
-from kvreach.impl.load import loadable_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_window
+from kvreach.impl.load import wanted_chunks
+from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig
 
 RULE = "vllm-0.33"
@@ -106,7 +106,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.num_tokens = self.req.prompt_tokens
         self.cursor = 0  # next_stored_chunk_idx
         self.submitted: list[int] = []
-        self.final_chunks = 0
+        self.final_horizon_chunks = 0
         self.done = False
         self.decodes = 0
 
@@ -114,7 +114,7 @@ class StoreMachine(RuleBasedStateMachine):
     def _apply(self, tokens_after: int, finished: bool) -> None:
         off = self.req.offloadable(tokens_after, self.num_tokens)
         n = storable_chunks(self.RULE, self.g, self.req, off, finished)
-        w = store_window(self.RULE, self.g, self.req, self.cursor, n, finished)
+        w = store_step(self.RULE, self.g, self.req, self.cursor, n, finished)
         seen = set(self.submitted)
         for c in w.chunks:
             assert c not in seen, f"chunk {c} submitted twice"
@@ -124,7 +124,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert w.next_cursor >= self.cursor, "next_stored_chunk_idx moved back"
         self.submitted.extend(w.chunks)
         self.cursor = w.next_cursor
-        self.final_chunks = n
+        self.final_horizon_chunks = n
 
     def _end(self, tokens_after: int) -> None:
         self._apply(tokens_after, finished=True)
@@ -133,10 +133,10 @@ class StoreMachine(RuleBasedStateMachine):
             self._check_final()
 
     def _check_final(self) -> None:
-        H = self.final_chunks
+        H = self.final_horizon_chunks
         event(f"final horizon {'0' if H == 0 else '>0'}, sparse={not self.g.dense}, "
               f"stored={'some' if self.submitted else 'none'}")
-        loadable = loadable_chunks(LOAD_MODEL, self.g, self.req, H)
+        loadable = wanted_chunks(LOAD_MODEL, self.g, self.req, H)
         stored = set(self.submitted)
         # The dense fallbacks (no/unrepresentable alignment, need >= per
         # segment) store every chunk by design; only a sparse mask must not
@@ -283,11 +283,11 @@ def test_decode_offload_prompt_tail_not_loadable():
     m.g = GroupConfig(1, 2, 2)
     m.req = RequestConfig(1, offload_prompt_only=False)
     m.budget, m.computed, m.num_tokens, m.cursor = 1, 0, 1, 0
-    m.submitted, m.final_chunks, m.done, m.decodes = [], 0, False, 0
+    m.submitted, m.final_horizon_chunks, m.done, m.decodes = [], 0, False, 0
     m.prefill(1)
     m.decode(2)
     m.CHECK_LOADABLE = False
     m.abort(False)
-    assert m.final_chunks == 3
+    assert m.final_horizon_chunks == 3
     assert 0 in m.submitted
-    assert 0 not in loadable_chunks(LOAD_MODEL, m.g, m.req, m.final_chunks)
+    assert 0 not in wanted_chunks(LOAD_MODEL, m.g, m.req, m.final_horizon_chunks)

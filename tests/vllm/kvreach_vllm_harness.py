@@ -252,7 +252,7 @@ class StepRecord:
     jobs: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(
         default_factory=list
     )
-    # kvreach only: (group_idx, StoreWindow, chunks vLLM's null-block filter drops)
+    # kvreach only: (group_idx, StoreStep, chunks vLLM's null-block filter drops)
     windows: list[tuple[int, Any, frozenset[int]]] = field(default_factory=list)
 
     def window_chunks(self, group_idx: int) -> list[int]:
@@ -280,7 +280,7 @@ class SchedulerRun:
                  extra_config: dict[str, Any] | None = None, record: bool = True,
                  spy: bool = True) -> None:
         """record=False (benchmarks): no per-step store recording and no spy.
-        spy=False: stores are recorded, ``store_window`` is not wrapped (fault
+        spy=False: stores are recorded, ``store_step`` is not wrapped (fault
         injection replaces it and the spy would read its faulty chunks)."""
         self.setup, self.which, self.record, self.spy = setup, which, record, spy
         extra: dict[str, Any] = {
@@ -412,12 +412,12 @@ class SchedulerRun:
     def abort(self, req_id: str) -> None:
         self.scheduler.finish_requests((req_id,), RequestStatus.FINISHED_ABORTED)
 
-    def _spy_store_window(self):
-        """Record kvreach's ``store_window`` decisions of this step (kvreach
+    def _spy_store_step(self):
+        """Record kvreach's ``store_step`` decisions of this step (kvreach
         connector only), with the chunks vLLM's null-block filter drops."""
         from kvreach.impl import rules
 
-        real = rules.store_window
+        real = rules.store_step
         rec = self._current
 
         def spy(rule, g, req, cursor, num_chunks, finished):
@@ -441,12 +441,12 @@ class SchedulerRun:
             rec.windows.append((idx, w, frozenset(dropped)))
             return w
 
-        return patch.object(rules, "store_window", spy)
+        return patch.object(rules, "store_step", spy)
 
     def step(self) -> StepRecord:
         rec = StepRecord(len(self.steps) + 1, {}, ())
         self._current = rec
-        spy = (self._spy_store_window() if self.which == KVREACH and self.record and self.spy
+        spy = (self._spy_store_step() if self.which == KVREACH and self.record and self.spy
                else contextlib.nullcontext())
         with spy:
             out = self.scheduler.schedule()

@@ -1,5 +1,5 @@
 """Fault injection through vLLM's real scheduler: kvreach's decision
-(``rules.store_window``) raises, returns out-of-range chunks, or takes 100 ms,
+(``rules.store_step``) raises, returns out-of-range chunks, or takes 100 ms,
 on a random schedule, with ``kvreach.monitor=log``. Over random lifecycles no
 scheduler step fails, every fault is counted, and the stores and store jobs
 equal stock vLLM 0.33.0's at every step (a fallback uses stock's selection; a
@@ -39,7 +39,7 @@ from kvreach.impl.vllm_connector import (  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-# per store_window call: weights none 6, raise 2, out-of-range 2 (three shapes), slow 1
+# per store_step call: weights none 6, raise 2, out-of-range 2 (three shapes), slow 1
 KINDS = ["none"] * 6 + ["raise"] * 2 + ["past_frontier", "negative_or_dup"] + ["slow"]
 DELAY_S = 0.1
 
@@ -48,11 +48,11 @@ class InjectedFault(RuntimeError):
     pass
 
 
-def faulty_store_window(plan, applied, step_no):
-    real = rules.store_window
+def faulty_store_step(plan, applied, step_no):
+    real = rules.store_step
     calls = iter(range(1 << 30))
 
-    def store_window(rule, g, req, cursor, num_chunks, finished):
+    def store_step(rule, g, req, cursor, num_chunks, finished):
         kind = plan[next(calls) % len(plan)]
         w = real(rule, g, req, cursor, num_chunks, finished)
         if kind == "none":
@@ -71,7 +71,7 @@ def faulty_store_window(plan, applied, step_no):
             bad = (-1,)
         return dataclasses.replace(w, chunks=bad)
 
-    return store_window
+    return store_step
 
 
 def run_with_faults(model_dir, case, plan, monkeypatch):
@@ -89,7 +89,7 @@ def run_with_faults(model_dir, case, plan, monkeypatch):
 
     k.offload._build_store_jobs = counted
     with monkeypatch.context() as mp:
-        mp.setattr(rules, "store_window", faulty_store_window(plan, applied, step_no))
+        mp.setattr(rules, "store_step", faulty_store_step(plan, applied, step_no))
         drive(k, "r", prompt, decode=decode, abort_after_step=abort)
     s = drive(SchedulerRun(setup, STOCK, model_dir), "r", prompt, decode=decode,
               abort_after_step=abort)

@@ -50,7 +50,7 @@ def prediction(setup: Setup, group_idx: int, prompt: int, *, decode=0,
 def check_all(model_dir, setup: Setup, prompt: int, *, decode=0, abort_after_step=None,
               max_offload_tokens=None, expect_stores=True):
     """kvreach == stock on every group, step and store job; each SWA group's
-    kvreach decision (``StoreWindow.chunks``) == the lifecycle prediction (per
+    kvreach decision (``StoreStep.chunks``) == the lifecycle prediction (per
     step with synchronous scheduling, where the steps line up; the union with
     async scheduling); what is submitted == that decision minus the chunks
     vLLM's null-block filter drops (SWA blocks already freed, which the

@@ -76,7 +76,7 @@ def test_rule_029_reproduces_the_pre_fix_stores(offline_model_dir):
 
 
 @dataclasses.dataclass(frozen=True)
-class _BrokenWindow(rules.StoreWindow):
+class _BrokenWindow(rules.StoreStep):
     """A faulty rule: moves the cursor one chunk too far."""
 
     def __post_init__(self):
@@ -84,7 +84,7 @@ class _BrokenWindow(rules.StoreWindow):
 
 
 def test_log_mode_warns_counts_and_falls_back(offline_model_dir, monkeypatch, caplog):
-    monkeypatch.setattr(rules, "StoreWindow", _BrokenWindow)
+    monkeypatch.setattr(rules, "StoreStep", _BrokenWindow)
     caplog.set_level(logging.WARNING, logger="kvreach.impl.vllm_connector")
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
                              {"kvreach.check_contracts": "log"}), "r", 1200)
@@ -99,24 +99,24 @@ def test_log_mode_warns_counts_and_falls_back(offline_model_dir, monkeypatch, ca
     assert len(lines) == n
     for line in lines:
         assert "\n" not in line
-        assert "function=store_window" in line and "rule=vllm-0.33" in line
+        assert "function=store_step" in line and "rule=vllm-0.33" in line
         assert "req=r" in line and "group=1" in line
     # the counter rides on the connector stats the scheduler reports
     assert run.counter_total(CONTRACT_VIOLATIONS_METRIC) == n
 
 
 def test_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
-    monkeypatch.setattr(rules, "StoreWindow", _BrokenWindow)
+    monkeypatch.setattr(rules, "StoreStep", _BrokenWindow)
     run = SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.check_contracts": "raise"})
     run.add_request("r", 1200)
     with pytest.raises(KvReachContractViolation) as err:
         run.step()
     assert isinstance(err.value, RuntimeError)
-    assert str(err.value).startswith("kvreach contract violation: function=store_window")
+    assert str(err.value).startswith("kvreach contract violation: function=store_step")
 
 
 def test_off_mode_runs_no_contract(offline_model_dir, monkeypatch):
-    monkeypatch.setattr(rules, "StoreWindow", _BrokenWindow)
+    monkeypatch.setattr(rules, "StoreStep", _BrokenWindow)
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
                              {"kvreach.check_contracts": "off"}), "r", 1200)
     assert run.offload.kvreach_contract_violations == 0
@@ -230,14 +230,14 @@ def test_monitor_flags_the_pre_fix_horizon_and_falls_back(offline_model_dir):
 
 
 def _out_of_range(real):
-    def store_window(*a):
+    def store_step(*a):
         w = real(*a)
         return dataclasses.replace(w, chunks=(*w.chunks, w.end_chunk))
-    return store_window
+    return store_step
 
 
 def test_monitor_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
-    monkeypatch.setattr(rules, "store_window", _out_of_range(rules.store_window))
+    monkeypatch.setattr(rules, "store_step", _out_of_range(rules.store_step))
     run = SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "raise"}, spy=False)
     run.add_request("r", 1200)
     with pytest.raises(KvReachMonitorViolation) as err:
@@ -251,7 +251,7 @@ def test_internal_error_falls_back_in_every_monitor_mode(offline_model_dir, monk
     def broken(*a):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(rules, "store_window", broken)
+    monkeypatch.setattr(rules, "store_step", broken)
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": mode},
                              spy=False), "r", 1200)
     stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
@@ -301,7 +301,7 @@ def test_monitor_error_on_stock_path_keeps_stocks_stores(offline_model_dir, monk
     def broken(*a):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(rules, "store_window", broken)
+    monkeypatch.setattr(rules, "store_step", broken)
     monkeypatch.setattr(monitor.GroupMonitor, "check", broken)
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "log"},
                              spy=False), "r", 1200)
