@@ -699,3 +699,8 @@ OBLIGATIONS.update({
 from kvreach.proofs.restarts import RESTART_OBLIGATIONS  # noqa: E402
 
 OBLIGATIONS.update({o.name: o for o in RESTART_OBLIGATIONS})
+
+# world (b), same-rule neighbours (issue 10): proofs/neighbours.py
+from kvreach.proofs.neighbours import NEIGHBOURS_OBLIGATIONS  # noqa: E402
+
+OBLIGATIONS.update({o.name: o for o in NEIGHBOURS_OBLIGATIONS})
