@@ -90,6 +90,9 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
     """Chunks witnessing ``obligation``'s violation in a concrete trace."""
     if cex is not None and cex.get("world") == "vllm":
         return vllm_violation(trace, obligation, GroupConfig(**cex["config"]["group"]))
+    if cex is not None and cex.get("world") == "neighbours":  # proofs/neighbours.py
+        from kvreach.proofs.neighbours import replay
+        return replay(cex)
     if obligation.startswith("no-waste"):  # and its lookup variant's row
         return unloaded_kept_chunk(cex)
     if trace is None:  # a static obligation with no store trace (lookup-monotone)
@@ -260,6 +263,8 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
 
 
 def decode_static(m, ctx) -> dict:
+    if getattr(ctx, "decode", None) is not None:  # a world's own decoder (proofs/neighbours.py)
+        return ctx.decode(m, ctx)
     g, r = to_concrete(m, ctx.s)
     lk = ctx.lk
     if z3.is_int_value(m.eval(z3.Int("offloadable_tokens"))):

@@ -697,7 +697,8 @@ OBLIGATIONS.update({
 })
 
 
-# world "vllm" (issue 11): restarts, preemption, the manager's answers. The
-# module registers its obligations itself (a plain import: no cycle whichever
-# of the two modules is imported first).
+# world "vllm" (issue 11): restarts, preemption, the manager's answers; world
+# (b), same-rule neighbours (issue 10). Each module registers its obligations
+# itself (a plain import: no cycle whichever module is imported first).
 import kvreach.proofs.restarts  # noqa: E402,F401
+import kvreach.proofs.neighbours  # noqa: E402,F401

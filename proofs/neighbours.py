@@ -1,0 +1,261 @@
+"""World (b), *same-rule neighbours* (issue 10, docs/lookup.md "Worlds"): the
+offload tier holds what the rule stored for two earlier requests X and Y of
+the same configuration (prompts ``P_X``, ``P_Y`` sharing their first ``d``
+tokens), and a later request looks up as ``_lookup_complete_chunks`` does
+(``kvreach.spec.lookup``).
+
+Keys are prefix hashes, so the later request's chunk ``c`` of a group is a HIT
+iff X or Y stored its chunk ``c`` and the later request shares that chunk's
+tokens with it: ``(c + 1) * chunk <= min(D_i, offloadable_i)`` for the prefix
+``D_i`` it shares with request ``i``. The three shared prefixes are those of
+three token sequences: the smallest of ``d``, ``D_X``, ``D_Y`` is attained
+twice (an ultrametric). Full-attention chunks are stored dense (no mask);
+the SWA chunks are the rule's one-shot keep decision at each request's final
+horizon ``H_i = offloadable_i // C`` (as ``no-waste`` takes it), dense: every
+chunk each request could offload.
+
+Obligation ``hit-preservation-neighbours``: the later request's hit against
+the union of the rule's stores equals its hit against the union of dense
+stores. Encoded as ``hit-preservation`` encodes world (a): the violation is
+a chunk of the SWA run the dense lookup accepts (``swa_verified``) that the
+union of the rule's stores lacks, with a nonzero dense hit. Equivalent,
+because the union of the rule's stores is a subset of the dense union, the
+full-attention stores are the same (so the SWA group scans the same ``n``
+keys with the same windows): every key at or above the dense scan's end
+``e_d`` misses in both, so no larger end qualifies for the rule's scan, and
+``e_d`` qualifies for it iff its run is all stored; then every term of the
+hit is the same. A missing chunk makes the rule's scan end below ``e_d``:
+a shorter hit (the twin confirms each counterexample's two hits).
+
+No bound on keys: the dense lookup is the closed form of a prefix
+(``prefix_keys``, proved by ``lookup-prefix-scan``), the rule's stores enter
+only through the one chunk. Static, per geometry of the grid without a
+retention interval (a retention interval promises only some later requests;
+world (a) covers those rows), two queries per geometry (with and without
+``max_load_tokens``: a partition Z3 decides faster than the whole).
+
+A counterexample decodes to both requests, the later request and the chunk
+(:func:`decode`), and is confirmed through the twin (:func:`replay`): the
+executable rule's one-shot stores of X and Y (``impl.rules.store_step``),
+their union as ``impl.lookup.StoreContent``, the twin's lookup against it and
+against the dense union: a shorter hit, the dense hit the spec's, the chunk
+missing.
+
+Registered from the end of ``proofs/obligations.py``; its mutant here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import z3
+
+from kvreach.proofs import mutants
+from kvreach.proofs.obligations import OBLIGATIONS, Ctx, Obligation, Query, one_shot_mask
+from kvreach.spec.config import _max, _min
+
+NAME = "hit-preservation-neighbours"
+WORLD = "neighbours"
+RULES = ("vllm-0.33", "lookup-window")
+
+
+def _terms(ctx: Ctx) -> dict:
+    """The world's symbols: X is ``ctx.s`` (its prompt ``s.P``), Y the same
+    configuration with its own prompt."""
+    I = z3.Int  # noqa: E741
+    sy = replace(ctx.s, P=I("nb_y_prompt_tokens"))
+    return dict(
+        sx=ctx.s, sy=sy,
+        off=(I("nb_x_offloadable_tokens"), I("nb_y_offloadable_tokens")),
+        tokens=(I("nb_x_tokens"), I("nb_y_tokens")),  # prompt and any decode
+        D=(I("nb_later_shared_x"), I("nb_later_shared_y")),
+        d=I("nb_shared_x_y"),
+    )
+
+
+def keep(ctx: Ctx, s, c, H) -> z3.BoolRef:
+    """The rule's one-shot keep decision (``one_shot_mask``) for a request of
+    configuration ``s``; the mutant ``lookup-window-short-static`` keeps
+    ``lookup-window``'s runs one chunk short whatever the row's rule."""
+    short = ctx.mutant.get("neighbours_short_by")
+    if short:
+        from kvreach.spec.rules import lookup_window_keep
+
+        return lookup_window_keep(s, c, short_by=short)
+    return one_shot_mask(replace(ctx, s=s), c, H)
+
+
+def _queries(ctx: Ctx) -> list[Query]:
+    from kvreach.spec.lookup import link, lookup, prefix_keys
+
+    ctx.decode = decode  # decode.decode_static hands the model to this world's decoder
+    t = _terms(ctx)
+    lk = ctx.lk
+    C, Cf = lk.C, lk.C_full
+    prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), t["sy"].well_formed()]
+    seen = []  # per request: tokens of it the later request sees (shared and offloadable)
+    d = t["d"]
+    for s_i, off, D, N in zip((t["sx"], t["sy"]), t["off"], t["D"], t["tokens"]):
+        prem += [N >= s_i.P, 0 <= off, off <= N, z3.Implies(s_i.prompt_only, off <= s_i.P),
+                 z3.Implies(s_i.has_max, off <= s_i.max_off),
+                 0 <= D, D <= lk.num_tokens, D <= N, d <= N]
+        seen.append(_min(D, off))
+    Dx, Dy = t["D"]
+    prem += [d >= 0,
+             # three prefixes of three sequences: the least is attained twice
+             d >= _min(Dx, Dy), Dx >= _min(d, Dy), Dy >= _min(d, Dx)]
+
+    def stored(c):  # the later request's SWA chunk c is a HIT in the union of the rule's stores
+        return z3.And(c >= 0, z3.Or([
+            z3.And((c + 1) * C <= sh, keep(ctx, s_i, c, off / C))
+            for s_i, off, sh in zip((t["sx"], t["sy"]), t["off"], seen)]))
+
+    top = _max(seen[0], seen[1])  # the union of dense stores: a prefix per group
+    dense = lookup(lk, prefix_keys(z3.If(lk.has_full, top / Cf, 0), top / C))
+    prem += dense.side
+    ctx.nb_terms = dict(t, dense=dense)
+    c = ctx.c  # a chunk of the SWA run the dense lookup accepts, missing from the union
+    violation = z3.And(dense.hit_tokens > 0, dense.swa_verified[0] <= c,
+                       c < dense.swa_verified[1], z3.Not(stored(c)))
+    # two queries, with and without max_load_tokens (a partition: Z3 decides
+    # the two halves in about half the time of the whole)
+    return [Query(prem + [case], violation) for case in (lk.has_max_load, z3.Not(lk.has_max_load))]
+
+
+# --- counterexamples ------------------------------------------------------
+
+
+def decode(m, ctx: Ctx) -> dict:
+    """The model as two earlier requests, the later request and the spec's
+    hits (``decode.decode_static``'s shape, world ``neighbours``)."""
+    from kvreach.params import GroupConfig
+    from kvreach.spec.config import to_concrete
+
+    v = lambda x: m.eval(x, model_completion=True).as_long()  # noqa: E731
+    b = lambda x: z3.is_true(m.eval(x, model_completion=True))  # noqa: E731
+    t, lk = ctx.nb_terms, ctx.lk
+    g, r = to_concrete(m, ctx.s)
+    g = GroupConfig(**(g.__dict__ | {"window": v(lk.W), "extra_retained_tokens": v(lk.extra)}))
+    reqs = []
+    for s_i, off, D, N in zip((t["sx"], t["sy"]), t["off"], t["D"], t["tokens"]):
+        reqs.append({"prompt_tokens": v(s_i.P), "tokens": v(N), "offloadable_tokens": v(off),
+                     "final_horizon_chunks": v(off) // v(ctx.s.C), "later_shared_tokens": v(D)})
+    out = {
+        "world": WORLD, "rule": ctx.rule,
+        "config": {"group": g.__dict__, "request": r.__dict__},
+        "requests": reqs, "shared_x_y_tokens": v(t["d"]),
+        "lookup_groups": {"full_block_tokens": v(lk.full_block_tokens) if b(lk.has_full) else None,
+                          "window": v(lk.W), "extra_retained_tokens": v(lk.extra)},
+        "later_request": {"num_tokens": v(lk.num_tokens), "local_hit_tokens": v(lk.local_hit_tokens),
+                          "max_load_tokens": v(lk.max_load_tokens) if b(lk.has_max_load) else None},
+        "chunk": v(ctx.c), "spec_dense_hit_tokens": v(t["dense"].hit_tokens),
+    }
+    got, dense, swa = twin(out)  # recorded here; replay() is the check
+    out |= {"twin_hit_tokens": got.hit_tokens, "twin_dense_hit_tokens": dense.hit_tokens,
+            "lost_chunks": lost_chunks(out, dense, swa) if (dense.hit_tokens or 0) > (got.hit_tokens or 0) else []}
+    return out
+
+
+def twin(cex: dict, rule: str | None = None):
+    """The counterexample through the twin: the executable rule's one-shot
+    stores of each request at its final horizon, the union the later request
+    sees, and its lookup against it and against the dense union.
+    -> (rule outcome, dense outcome, stored SWA chunks it sees)."""
+    from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
+    from kvreach.impl.rules import store_step
+    from kvreach.params import GroupConfig, RequestConfig
+    from kvreach.proofs.decode import lookup_groups_of
+
+    g = GroupConfig(**cex["config"]["group"])
+    groups = lookup_groups_of(cex["lookup_groups"], g)
+    swa, full = set(), 0
+    for q in cex["requests"]:
+        rq = RequestConfig(**(cex["config"]["request"] | {"prompt_tokens": q["prompt_tokens"]}))
+        sh = min(q["later_shared_tokens"], q["offloadable_tokens"])
+        kept = store_step(rule or cex["rule"], g, rq, 0, q["final_horizon_chunks"], True).chunks
+        swa |= {c for c in kept if (c + 1) * g.chunk_tokens <= sh}
+        full = max(full, sh)
+    lr = cex["later_request"]
+    req = LaterRequest(lr["num_tokens"], lr["local_hit_tokens"], lr["max_load_tokens"])
+    fulls = [range(full // gr.chunk_tokens) for gr in groups[:-1]]
+    got = lookup(groups, req, StoreContent.of_chunks(fulls + [sorted(swa)]))
+    dense = lookup(groups, req, StoreContent.of_chunks(fulls + [range(full // g.chunk_tokens)]))
+    return got, dense, swa
+
+
+def replay(cex: dict) -> list[int]:
+    """Confirmed: the twin's dense hit is the spec's, the decoded chunk is
+    missing from the union of the rule's stores, and the twin's hit against
+    that union is shorter. -> the chunks of the dense hit's last run the
+    union lacks (the witness; ``[]`` if the twin does not confirm)."""
+    got, dense, swa = twin(cex)
+    if dense.hit_tokens != cex["spec_dense_hit_tokens"] or cex["chunk"] in swa:
+        return []
+    if (dense.hit_tokens or 0) <= (got.hit_tokens or 0):
+        return []
+    return lost_chunks(cex, dense, swa)
+
+
+def lost_chunks(cex: dict, dense, swa) -> list[int]:
+    """The witness of a confirmed loss: the chunks of the dense hit's last
+    run (the ``load_window_chunks`` below its end, the EAGLE chunk above it)
+    that the rule's union lacks; else every unstored chunk the later request
+    scans below the dense end (a run broken elsewhere)."""
+    from kvreach.params import GroupConfig
+    from kvreach.proofs.decode import lookup_groups_of
+
+    g = lookup_groups_of(cex["lookup_groups"], GroupConfig(**cex["config"]["group"]))[-1]
+    C, lr = g.chunk_tokens, cex["later_request"]
+    end = lr["local_hit_tokens"] + dense.hit_tokens
+    e = -(-end // C) + int(g.eagle)
+    lo = lr["local_hit_tokens"] // C
+    run = range(max(lo, e - g.load_window_chunks(end) - int(g.eagle)), e)
+    return [c for c in run if c not in swa] or [c for c in range(lo, e) if c not in swa]
+
+
+# --- the obligation and its mutant -----------------------------------------
+
+
+def _geometries():
+    """The grid's geometries without a retention interval."""
+    from kvreach.proofs.geometries import GEOMETRIES
+
+    return tuple(g for g in GEOMETRIES if g.retention is None)
+
+
+SCOPE = (
+    "world (b), same-rule neighbours: two earlier requests X, Y of one configuration "
+    "(prompts, lengths, offloadable tokens and the prefix d they share symbolic; "
+    "offload_prompt_only and max_offload_tokens symbolic), the rule's keep decision at each "
+    "one's final horizon (one-shot; no request's lookup or hit changes another's stores), "
+    "full-attention chunks dense; a later request of any length, any prefixes shared with X "
+    "and Y, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense lookup's "
+    "closed form and one chunk of its accepted run); geometry fixed to each of the grid's 8 "
+    "without a retention interval (proofs/geometries.py); HIT / MISS answers, one pass of "
+    "_lookup_complete_chunks"
+)
+
+NEIGHBOURS_OBLIGATIONS = [
+    Obligation(
+        NAME,
+        "World (b): a later request's hit against the union of the rule's stores for two "
+        "earlier requests of the same configuration (sharing a prefix) equals its hit "
+        "against the union of their dense stores (every chunk each could offload).",
+        "static", queries=_queries, model_specific=False, grid=_geometries(), rules=RULES,
+        scope=SCOPE, split=False,
+    ),
+]
+
+
+def lookup_window_short_static():
+    """``spec.rules.lookup_window_keep`` with ``short_by=1`` as both earlier
+    requests' keep decision (whatever the row's rule): each run one chunk
+    short, so the run a later request of a whole number of alignments needs
+    breaks (the obligation ``hit-preservation-neighbours`` selects it by name)."""
+
+
+mutants.MUTANTS[NAME] = ("lookup-window-one-chunk-short", None, "lookup-window-short-static")
+mutants.VARIANTS["lookup-window-short-static"] = lookup_window_short_static
+mutants.PLANTS["lookup-window-short-static"] = {"neighbours_short_by": 1}  # keep() here
+
+OBLIGATIONS.update({o.name: o for o in NEIGHBOURS_OBLIGATIONS})

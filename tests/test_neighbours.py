@@ -1,0 +1,96 @@
+"""World (b), same-rule neighbours (``kvreach.proofs.neighbours``): the
+obligation ``hit-preservation-neighbours`` and its twin replay.
+
+- The vllm-0.33 row's counterexample decodes and is confirmed through the
+  twin (a shorter hit against the union of the two requests' stores).
+- Brute force through the twin, outside the obligation's encoding: for
+  random pairs of earlier requests and random later requests, ``lookup-window``'s
+  union of stores gives the dense union's hit (what the row proves), and so
+  does ``vllm-0.33``'s in the four geometries where its query is unsat.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvreach.proofs.obligations  # noqa: F401  (registers the world's obligation)
+from kvreach.proofs import neighbours, runner
+from kvreach.proofs.geometries import GEOMETRIES
+
+SCALE = int(os.environ.get("KVREACH_EQ_SCALE", "1"))
+GEOS = [g for g in GEOMETRIES if g.retention is None]
+FAILING_VLLM_033 = {"issue-9 measurement", "PR example, extra_retained_tokens 5",
+                    "PR example, EAGLE group", "blocks_per_chunk 2, W - 1 a multiple of the chunk"}
+
+
+def _cex(g, rule, reqs, later):
+    """A world-(b) scenario in the shape :func:`neighbours.decode` gives."""
+    from kvreach.params import GroupConfig
+
+    grp = GroupConfig(g.swa_block, g.window, (g.full_block or g.swa_block) * g.bpc,
+                      blocks_per_chunk=g.bpc, eagle=g.eagle, extra_retained_tokens=g.extra)
+    C = grp.chunk_tokens
+    return {
+        "world": "neighbours", "rule": rule,
+        "config": {"group": grp.__dict__, "request": {"prompt_tokens": 1, "max_offload_tokens": None,
+                                                      "offload_prompt_only": True}},
+        "requests": [{"prompt_tokens": P, "tokens": P, "offloadable_tokens": P,
+                      "final_horizon_chunks": P // C, "later_shared_tokens": D} for P, D in reqs],
+        "lookup_groups": {"full_block_tokens": g.full_block, "window": g.window,
+                          "extra_retained_tokens": g.extra},
+        "later_request": later,
+    }
+
+
+@st.composite
+def scenarios(draw):
+    g = draw(st.sampled_from(GEOS))
+    A = (g.full_block or g.swa_block) * g.bpc
+    T = draw(st.integers(1, 12 * A))
+    Px, Py = draw(st.integers(1, 12 * A)), draw(st.integers(1, 12 * A))
+    d = draw(st.integers(0, min(Px, Py)))  # the prefix X and Y share
+    Dx = draw(st.sampled_from([min(d, T), draw(st.integers(0, min(T, Px)))]))
+    # three prefixes of three sequences: the least is attained twice
+    Dy = Dx if Dx < d else d if Dx > d else draw(st.integers(d, min(T, Py)))
+    blocks = [b for b in (g.swa_block, g.full_block) if b]
+    step = math.lcm(*blocks)
+    local = draw(st.integers(0, max(Dx, Dy) // step)) * step
+    ml = draw(st.one_of(st.none(), st.integers(0, 3 * A)))
+    return g, [(Px, Dx), (Py, Dy)], {"num_tokens": T, "local_hit_tokens": min(local, T),
+                                     "max_load_tokens": ml}
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenarios())
+def test_lookup_window_union_hits_as_dense(case):
+    g, reqs, later = case
+    got, dense, _ = neighbours.twin(_cex(g, "lookup-window", reqs, later))
+    assert got.hit_tokens == dense.hit_tokens, (g.name, reqs, later)
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenarios())
+def test_vllm_033_never_longer_and_equal_where_proved(case):
+    """Never a longer hit than dense (the stores are a subset); the dense
+    hit in the four geometries where the obligation's query for vllm-0.33
+    is unsat (PR #54362's example, SWA only, block 16 with windows 128 and
+    1024; docs/findings.md F6)."""
+    g, reqs, later = case
+    got, dense, _ = neighbours.twin(_cex(g, "vllm-0.33", reqs, later))
+    assert (got.hit_tokens or 0) <= (dense.hit_tokens or 0)
+    if g.name not in FAILING_VLLM_033:
+        assert got.hit_tokens == dense.hit_tokens, (g.name, reqs, later)
+
+
+def test_vllm_033_row_counterexample_replays():
+    row = runner.run_row(neighbours.NAME, "vllm-0.33", "any", {})
+    assert row.verdict == "counterexample" and row.non_vacuous and row.mutant_rejected, row
+    cex = row.counterexample
+    assert cex["geometry"] in FAILING_VLLM_033
+    assert cex["replayed_violation"] and cex["twin_hit_tokens"] < cex["twin_dense_hit_tokens"]
+    assert cex["twin_dense_hit_tokens"] == cex["spec_dense_hit_tokens"]
+    assert neighbours.replay(cex) == cex["replayed_violation"]
