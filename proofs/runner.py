@@ -367,7 +367,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         if name == "invariant" or ob.world != "single":
             bq = invariant_base_query(ctx, None if name == "invariant" else ob)
             rb, _ = _decide(bq, ctx, True, meter)
-            r = z3.sat if rb == z3.sat else r
+            if rb == z3.sat:
+                r = z3.sat  # the initial state breaks the invariant
+            elif rb != z3.unsat and r == z3.unsat:
+                r = rb  # an undecided base case is no proof
         if ob.world != "single":
             scope = scope.split("; excluded")[0] + "; excluded: alignment_tokens % B != 0; " + \
                 restarts.WORLD_SCOPE
