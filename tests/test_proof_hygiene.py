@@ -186,3 +186,25 @@ def test_obligations_module_names_used_here():
     """The hooks this file patches exist (fail loudly if the runner moves)."""
     assert callable(runner.lifecycle_step_query) and callable(runner.invariant_base_query)
     assert runner.lifecycle_step_query is obl.lifecycle_step_query
+
+
+@pytest.mark.parametrize("name,rule", [("refused-retried", "vllm-0.33"), ("invariant", "vllm-0.29")])
+def test_undecided_base_case_is_no_proof(name, rule, monkeypatch, no_mutant):
+    """An invariant's base case the solver does not decide leaves the row
+    unknown (a world-vllm obligation's own invariant, and the rule's)."""
+    orig_decide, orig_base = runner._decide, runner.invariant_base_query
+    bases = []
+
+    def base(ctx, ob=None):
+        bases.append(orig_base(ctx, ob))
+        return bases[-1]
+
+    def decide(q, ctx, lifecycle, meter):
+        if any(q is b for b in bases):
+            return z3.unknown, None
+        return orig_decide(q, ctx, lifecycle, meter)
+
+    monkeypatch.setattr(runner, "invariant_base_query", base)
+    monkeypatch.setattr(runner, "_decide", decide)
+    row = runner.run_row(name, rule, "any", INVARIANT_OK)
+    assert bases and row.verdict == "unknown", row
