@@ -289,3 +289,82 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
         "full_loaded": tuple(ev.value(x, side) for x in t.full_loaded),
         "swa_verified": tuple(ev.value(x, side) for x in t.swa_verified),
     }
+
+
+# --- world "vllm": is a concrete step a transition of the spec? -------------
+
+
+def _member(c, values) -> z3.BoolRef:
+    return z3.Or([c == v for v in sorted(values)]) if values else z3.BoolVal(False)
+
+
+NO_CAP = 2**31  # allocated_chunks None: blocks and keys for every storable chunk
+
+
+class StepChecker:
+    """One configuration's world-"vllm" transition relation
+    (``spec.lifecycle.transition(world="vllm")``), built once; :meth:`explain`
+    pins a concrete step (recorded from vLLM by trace validation, or run by
+    ``impl.lifecycle.run_vllm``) and asks (A) is it a transition, (B) does the
+    spec offer and submit exactly its chunks. ``rlimit``: Z3 resources per check."""
+
+    def __init__(self, g: GroupConfig, r: RequestConfig, rule: str, budget: int,
+                 rlimit: int | None = None):
+        from kvreach.spec import lifecycle as lc
+
+        s = SymConfig.fresh()
+        self.kinds = {t.name: t.kind for t in lc.TRANSITIONS}
+        self.pre = lc.State(z3.Int("f_pre"), z3.Int("cursor_pre"), z3.Bool("stored_pre"),
+                            z3.BoolVal(False))
+        self.post = lc.State(z3.Int("f_post"), z3.Int("cursor_post"), z3.Bool("stored_post"),
+                             z3.Bool("ended_post"))
+        self.c = z3.Int("chunk")
+        self.tr = lc.transition(s, rule, self.pre, self.post, self.c, z3.IntVal(budget), "t",
+                                world="vllm")
+        self.rlimit = rlimit
+        self.solver = z3.SimpleSolver()
+        self.solver.add(s.well_formed(), s.equals(g, r), self.tr.constraints)
+
+    def _check(self, extra: list):
+        self.solver.push()
+        try:
+            if self.rlimit is not None:
+                self.solver.set("rlimit", self.rlimit)
+            self.solver.add(*extra)
+            r = self.solver.check()
+            return r, (self.solver.model() if r == z3.sat else None)
+        finally:
+            self.solver.pop()
+
+    def explain(self, kind: str, sched: int, outcome: int, pre: tuple[int, int],
+                post: tuple[int, int], offered: frozenset, accepted: frozenset,
+                null: frozenset = frozenset(), shared_prefix_boundary: int = 0,
+                allocated_chunks: int | None = None,
+                submitted: frozenset | None = None) -> str | None:
+        """None when the step ((f, cursor) before and after, the manager's
+        ``outcome`` index, the chunks offered to and accepted by
+        ``prepare_store``, the chunks with a null block) is a transition of the
+        spec with those chunks, else why not. ``submitted``: the chunks the
+        step submitted, when ``accepted`` is the manager's choice over more
+        chunks than were offered (default: ``accepted``)."""
+        submitted = accepted if submitted is None else submitted
+        tr, c = self.tr, self.c
+        pins = [tr.kind == self.kinds[kind], tr.sched == sched, tr.outcome == outcome,
+                self.pre.f == pre[0], self.pre.cursor == pre[1],
+                self.post.f == post[0], self.post.cursor == post[1],
+                tr.shared_prefix_boundary == shared_prefix_boundary,
+                tr.allocated_chunks == (NO_CAP if allocated_chunks is None else allocated_chunks),
+                # witnesses for the manager's choice and the null blocks
+                tr.accepted == _member(c, accepted),
+                tr.null == z3.And(_member(c, null), z3.Not(_member(c, offered)))]
+        r, _ = self._check(pins + [c == min(offered | accepted, default=0)])
+        if r != z3.sat:
+            return f"(A) not a transition of the spec ({r})"
+        r, m = self._check(pins + [c >= 0, z3.Or(tr.offered != _member(c, offered),
+                                                 tr.submitted != _member(c, submitted))])
+        if r == z3.sat:
+            bad = m.eval(c).as_long()
+            return (f"(B) chunk {bad}: spec offers {z3.is_true(m.eval(tr.offered))}, "
+                    f"submits {z3.is_true(m.eval(tr.submitted))}; the step offered "
+                    f"{bad in offered}, submitted {bad in submitted}")
+        return None if r == z3.unsat else f"(B) {r}"

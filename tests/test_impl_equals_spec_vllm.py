@@ -9,64 +9,29 @@ and the spec offers and submits exactly the chunks the impl does."""
 from __future__ import annotations
 
 import pytest
-import z3
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm, vllm_step
 from kvreach.params import RULES, ParamError
-from kvreach.spec import lifecycle as lc
-from kvreach.spec.config import SymConfig
+from kvreach.spec.evaluate import StepChecker
 
 from test_impl_equals_spec import configs
 
-KIND = {t.name: t.kind for t in lc.TRANSITIONS}
 BUDGET = 10**6  # the plans below choose step sizes; the spec's budget guard is not in play
 
 
-def _member(c, values) -> z3.BoolRef:
-    return z3.Or([c == v for v in sorted(values)]) if values else z3.BoolVal(False)
-
-
 class Checker:
+    """``kvreach.spec.evaluate.StepChecker`` for ``run_vllm``'s steps."""
+
     def __init__(self, rule, g, r):
-        s = SymConfig.fresh()
-        self.pre = lc.State(z3.Int("f_pre"), z3.Int("cursor_pre"), z3.Bool("stored_pre"),
-                            z3.BoolVal(False))
-        self.post = lc.State(z3.Int("f_post"), z3.Int("cursor_post"), z3.Bool("stored_post"),
-                             z3.Bool("ended_post"))
-        self.c = z3.Int("chunk")
-        self.tr = lc.transition(s, rule, self.pre, self.post, self.c, z3.IntVal(BUDGET), "t",
-                                world="vllm")
-        self.solver = z3.SimpleSolver()
-        self.solver.add(s.well_formed(), s.equals(g, r), self.tr.constraints)
+        self.step = StepChecker(g, r, rule, BUDGET)
 
     def check(self, st: VllmStep, f, cursor, f2, cursor2, offered, submitted) -> str | None:
-        tr, c = self.tr, self.c
-        pins = [tr.kind == KIND[st.kind], tr.sched == st.scheduled_tokens,
-                tr.outcome == OUTCOMES.index(st.outcome),
-                self.pre.f == f, self.pre.cursor == cursor,
-                self.post.f == f2, self.post.cursor == cursor2,
-                tr.shared_prefix_boundary == st.shared_prefix_boundary,
-                tr.allocated_chunks == (BUDGET if st.allocated_chunks is None
-                                        else st.allocated_chunks),
-                tr.accepted == _member(c, st.accepted), tr.null == _member(c, st.null)]
-        self.solver.push()
-        try:
-            self.solver.add(*pins)
-            self.solver.push()
-            self.solver.add(c == min(offered, default=0))
-            if self.solver.check() != z3.sat:
-                return "not a transition of the spec"
-            self.solver.pop()
-            self.solver.add(c >= 0, z3.Or(tr.offered != _member(c, offered),
-                                          tr.submitted != _member(c, submitted)))
-            r = self.solver.check()
-            if r == z3.sat:
-                return f"chunk {self.solver.model().eval(c)} differs"
-            return None if r == z3.unsat else str(r)
-        finally:
-            self.solver.pop()
+        return self.step.explain(st.kind, st.scheduled_tokens, OUTCOMES.index(st.outcome),
+                                 (f, cursor), (f2, cursor2), frozenset(offered), st.accepted,
+                                 st.null, st.shared_prefix_boundary, st.allocated_chunks,
+                                 frozenset(submitted))
 
 
 @st.composite

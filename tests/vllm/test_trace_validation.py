@@ -37,7 +37,6 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-import z3  # noqa: E402
 from kvreach_vllm_harness import (  # noqa: E402
     SchedulerRun, Setup, STOCK, _KeysSpec, full, prompt_token_ids, swa,
 )
@@ -48,13 +47,12 @@ from vllm.v1.request import RequestStatus  # noqa: E402
 
 from kvreach.params import RequestConfig  # noqa: E402
 from kvreach.spec import lifecycle as lc  # noqa: E402
-from kvreach.spec.config import SymConfig  # noqa: E402
+from kvreach.spec.evaluate import StepChecker  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
 RULE = "vllm-0.33"
 CHECK_RL = 20_000_000  # Z3 resource units per check (never wall time)
-KIND = {t.name: t.kind for t in lc.TRANSITIONS}
 
 
 # ---------------------------------------------------------------------------
@@ -273,62 +271,18 @@ class Recorder:
 # ---------------------------------------------------------------------------
 
 
-def _member(c, values) -> z3.BoolRef:
-    return z3.Or([c == v for v in sorted(values)]) if values else z3.BoolVal(False)
-
-
 class SpecChecker:
-    """One SWA group's configuration, the transition relation built once."""
+    """One SWA group's configuration, the transition relation built once
+    (``kvreach.spec.evaluate.StepChecker``)."""
 
     def __init__(self, g, req: RequestConfig, budget: int):
-        s = SymConfig.fresh()
-        self.pre = lc.State(z3.Int("f_pre"), z3.Int("cursor_pre"), z3.Bool("stored_pre"),
-                            z3.BoolVal(False))
-        self.post = lc.State(z3.Int("f_post"), z3.Int("cursor_post"), z3.Bool("stored_post"),
-                             z3.Bool("ended_post"))
-        self.c = z3.Int("chunk")
-        self.tr = lc.transition(s, RULE, self.pre, self.post, self.c, z3.IntVal(budget), "t",
-                                world="vllm")
-        self.solver = z3.SimpleSolver()
-        self.solver.add(s.well_formed(), s.equals(g, req), self.tr.constraints)
-
-    def _check(self, extra) -> z3.CheckSatResult:
-        self.solver.push()
-        try:
-            self.solver.set("rlimit", CHECK_RL)
-            self.solver.add(*extra)
-            r = self.solver.check()
-            m = self.solver.model() if r == z3.sat else None
-            return r, m
-        finally:
-            self.solver.pop()
+        self.step = StepChecker(g, req, RULE, budget, CHECK_RL)
 
     def explain(self, st: Step) -> str | None:
         """None when the step is a transition of the spec, else why not."""
-        tr, c = self.tr, self.c
-        pins = [tr.kind == KIND[st.kind], tr.sched == st.sched, tr.outcome == st.outcome,
-                self.pre.f == st.pre[0], self.pre.cursor == st.pre[1],
-                self.post.f == st.post[0], self.post.cursor == st.post[1],
-                tr.shared_prefix_boundary == st.shared_prefix_boundary]
-        if st.allocated_chunks is not None:
-            pins.append(tr.allocated_chunks == st.allocated_chunks)
-        # witnesses for the manager's choice and null blocks, from the record
-        wit = [tr.accepted == _member(c, st.accepted),
-               tr.null == z3.And(_member(c, st.null), z3.Not(_member(c, st.offered)))]
-        some = min(st.offered | st.accepted, default=0)
-        r, _ = self._check(pins + wit + [c == some])
-        if r != z3.sat:
-            return f"(A) not a transition of the spec ({r})"
-        r, m = self._check(pins + wit + [c >= 0, z3.Or(
-            tr.offered != _member(c, st.offered), tr.submitted != _member(c, st.accepted))])
-        if r == z3.sat:
-            bad = m.eval(c).as_long()
-            return (f"(B) chunk {bad}: spec offers {z3.is_true(m.eval(tr.offered))}, "
-                    f"submits {z3.is_true(m.eval(tr.submitted))}; vLLM offered "
-                    f"{bad in st.offered}, accepted {bad in st.accepted}")
-        if r != z3.unsat:
-            return f"(B) {r}"
-        return None
+        return self.step.explain(st.kind, st.sched, st.outcome, st.pre, st.post, st.offered,
+                                 st.accepted, st.null, st.shared_prefix_boundary,
+                                 st.allocated_chunks)
 
 
 # ---------------------------------------------------------------------------
