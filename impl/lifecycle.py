@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
+from kvreach.impl.rules import finish_tokens, shared_prefix_tail_chunks, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
 
 
@@ -240,19 +240,6 @@ def _num_tokens(req: RequestConfig, f: int) -> int:
     return req.prompt_tokens if f < req.prompt_tokens else f + 1
 
 
-def _shared_prefix_chunks(rule, g: GroupConfig, spb: int, start: int, n: int) -> set[int]:
-    """Chunks in ``[start, n)`` meeting the tail of ``Request.shared_prefix_boundary``
-    (vllm-0.33 with a retention interval adds it to ``reachable_boundaries``)."""
-    from kvreach.impl.rules import boundary_end_block
-
-    if rule != "vllm-0.33" or g.retention_interval is None or not spb or g.dense:
-        return set()
-    end = boundary_end_block(g, spb)
-    bpc = g.blocks_per_chunk
-    return {c for c in range(start, n)
-            if g.need >= 1 and c * bpc < end and (c + 1) * bpc > end - g.need}
-
-
 def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int,
               st: VllmStep) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool]:
     """One step: (frontier after, cursor after, chunks offered, chunks
@@ -299,8 +286,8 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     if st.allocated_chunks is not None:  # RequestOffloadState.storable_chunks' cap
         n = min(n, st.allocated_chunks)
     w = store_step(rule, g, req, cursor, n, ends)
-    kept = set(w.chunks) | _shared_prefix_chunks(rule, g, st.shared_prefix_boundary,
-                                                 w.start_chunk, n)
+    kept = set(w.chunks) | shared_prefix_tail_chunks(rule, g, st.shared_prefix_boundary,
+                                                     w.start_chunk, n)
     offered = tuple(sorted(kept - set(st.null)))
     if st.outcome == "refused":
         return f_after, cursor, offered, (), ends

@@ -140,6 +140,21 @@ def boundary_end_block(g: GroupConfig, boundary_tokens: int, shift: int | None =
     return aligned // g.block_tokens + (g.shift if shift is None else shift)
 
 
+def shared_prefix_tail_chunks(rule: str, g: GroupConfig, shared_prefix_boundary: int,
+                              start_chunk: int, end_chunk: int) -> set[int]:
+    """Chunks in ``[start_chunk, end_chunk)`` meeting the tail of
+    ``Request.shared_prefix_boundary``: vllm-0.33's ``_build_store_jobs`` adds
+    it to ``reachable_boundaries`` with a retention interval (F8; the spec's
+    ``chunk_reachable(..., boundaries=)``)."""
+    if rule != "vllm-0.33" or g.retention_interval is None or not shared_prefix_boundary \
+            or g.dense or g.need < 1:
+        return set()
+    end = boundary_end_block(g, shared_prefix_boundary)
+    bpc = g.blocks_per_chunk
+    return {c for c in range(start_chunk, end_chunk)
+            if c * bpc < end and (c + 1) * bpc > end - g.need}
+
+
 def _replay_end_block(g: GroupConfig, prompt_tokens: int, shift: int | None = None) -> int:
     """End block of the replay boundary ``num_prompt_tokens - 1`` aligned down."""
     return boundary_end_block(g, replay_boundary(g, prompt_tokens), shift)

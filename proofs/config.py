@@ -34,13 +34,18 @@ ROW_RL = 200_000_000  # all of a row's checks but its mutant's (those: as much a
 BMC_DEPTHS = (1, 2, 3)
 
 # The scope of a symbolic row (a static obligation may state its own).
-SCOPE_SYMBOLIC = (
+SCOPE_PARAMS = (
     "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 2, "
     "blocks_per_chunk >= 1, alignment (none or A = psA*B), retention (None, 0, "
     "R = k*chunk), eagle, prompt_tokens >= 1, max_offload_tokens, "
-    "offload_prompt_only, budget >= 1, step sizes, chunk index; excluded: alignment_tokens % B != 0 "
+    "offload_prompt_only, budget >= 1, step sizes, chunk index"
+)
+SCOPE_SYMBOLIC = SCOPE_PARAMS + (
+    "; excluded: alignment_tokens % B != 0 "
     "(vLLM's dense fallback), window 1, null blocks, prepare_store refusals, preemption"
 )
+# world "vllm" (proofs/restarts.py adds what the world is)
+SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
 
 # Bounds of the bounded obligations.
 NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)

@@ -15,10 +15,14 @@ inductive invariant, proved in the same row (base case and step).
 
 from __future__ import annotations
 
+import functools
+
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.proofs.obligations import OBLIGATIONS, Ctx, Obligation
+from kvreach.proofs.obligations import (  # the world-single forms, restated over world "vllm"
+    OBLIGATIONS, Ctx, Obligation, _computed_bmc, _computed_step, _once_bmc, _once_step,
+)
 from kvreach.spec import mask
 from kvreach.spec.lifecycle import O_REFUSED
 
@@ -51,30 +55,16 @@ def incarnation_invariant(ctx: Ctx, st) -> z3.BoolRef:
     return z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
 
 
+def at_some_step(step_violation):
+    """The BMC form of a one-step violation: it happens at some step of the trace."""
+    return lambda ctx, sts, trs: z3.Or([step_violation(ctx, sts[i], trs[i], sts[i + 1])
+                                        for i in range(len(trs))])
+
+
 def _once_inc_step(ctx, pre, tr, post):
     """A chunk the manager accepted in this incarnation is offered again in it
     (stronger than submitted twice: submitted implies offered)."""
     return z3.And(pre.stored_inc, tr.offered)
-
-
-def _once_inc_bmc(ctx, sts, trs):
-    return z3.Or([_once_inc_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
-
-
-def _once_step(ctx, pre, tr, post):
-    return z3.And(pre.stored, tr.submitted)
-
-
-def _once_bmc(ctx, sts, trs):
-    return z3.Or([z3.And(sts[i].stored, trs[i].submitted) for i in range(len(trs))])
-
-
-def _computed_step(ctx, pre, tr, post):
-    return z3.And(tr.submitted, (ctx.c + 1) * ctx.s.C > post.f)
-
-
-def _computed_bmc(ctx, sts, trs):
-    return z3.Or([_computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
 
 
 def _computed_lemmas(ctx, pre, tr, post):
@@ -102,49 +92,44 @@ def _refused_step(ctx, pre, tr, post):
     return z3.And(tr.offered, tr.outcome == O_REFUSED, z3.Not(tr.finished), post.cursor > ctx.c)
 
 
-def _refused_bmc(ctx, sts, trs):
-    return z3.Or([_refused_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
-
+world_vllm = functools.partial(Obligation, kind="lifecycle", model_specific=False,
+                               rules=RULES, world="vllm", bmc_depths=(1, 2, 3))
 
 RESTART_OBLIGATIONS = [
-    Obligation(
+    world_vllm(
         "exactly-once-incarnation",
         "Within one incarnation (between two offload lookups) no chunk the "
         "manager accepted is offered to prepare_store again (so none is "
         "submitted twice), abort reconsideration, loads, refusals and partial "
         "stores included.",
-        "lifecycle", step_violation=_once_inc_step, bmc_violation=_once_inc_bmc,
-        model_specific=False, rules=RULES, world="vllm", invariant=incarnation_invariant,
-        bmc_depths=(1, 2, 3),
+        step_violation=_once_inc_step, bmc_violation=at_some_step(_once_inc_step),
+        invariant=incarnation_invariant,
     ),
-    Obligation(
+    world_vllm(
         "exactly-once-restarts",
         "No chunk is submitted twice over the request's incarnations (expected "
         "to fail: every lookup resets next_stored_chunk_idx to 0 and offers the "
         "computed chunks again; prepare_store's de-duplication is what keeps "
         "them from being transferred twice).",
-        "lifecycle", step_violation=_once_step, bmc_violation=_once_bmc,
-        model_specific=False, rules=RULES, world="vllm", invariant=running,
+        step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
         bmc_depths=(5,),
     ),
-    Obligation(
+    world_vllm(
         "computed-before-stored-restarts",
         "No chunk is submitted before all of its tokens are computed in the "
         "step's incarnation ((c + 1) * chunk_tokens <= num_computed_tokens), "
         "over any number of incarnations.",
-        "lifecycle", step_violation=_computed_step, bmc_violation=_computed_bmc,
-        model_specific=False, rules=RULES, world="vllm", invariant=running,
-        bmc_depths=(1, 2, 3), lemmas=_computed_lemmas,
+        step_violation=_computed_step, bmc_violation=_computed_bmc, invariant=running,
+        lemmas=_computed_lemmas,
     ),
-    Obligation(
+    world_vllm(
         "refused-retried",
         "A chunk offered to a prepare_store that returns None (refused) is not "
         "passed by the cursor while the request runs (next_stored_chunk_idx "
         "stays at or below it), so the next store step of the incarnation whose "
         "mask keeps it offers it again.",
-        "lifecycle", step_violation=_refused_step, bmc_violation=_refused_bmc,
-        model_specific=False, rules=RULES, world="vllm", invariant=running,
-        bmc_depths=(1, 2, 3),
+        step_violation=_refused_step, bmc_violation=at_some_step(_refused_step),
+        invariant=running,
     ),
 ]
 

@@ -36,7 +36,7 @@ from kvreach.spec.config import SymConfig
 # The budgets, bounds, scope, splits and scheduling hints: proofs/config.py.
 from kvreach.proofs.config import (  # noqa: E402  (names the tests patch here)
     BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL,
-    SCOPE_SYMBOLIC, SLOW, VACUITY_RL,
+    SCOPE_SYMBOLIC, SCOPE_WORLD_VLLM, SLOW, VACUITY_RL,
 )
 from kvreach.proofs.config import cube as _cube  # noqa: E402
 from kvreach.proofs.config import splits as _splits  # noqa: E402
@@ -372,8 +372,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
             elif rb != z3.unsat and r == z3.unsat:
                 r = rb  # an undecided base case is no proof
         if ob.world != "single":
-            scope = scope.split("; excluded")[0] + "; excluded: alignment_tokens % B != 0; " + \
-                restarts.WORLD_SCOPE
+            scope = SCOPE_WORLD_VLLM + restarts.WORLD_SCOPE
         if r == z3.unsat:
             verdict = "proved"
             scope += "; any number of steps (1-step induction"
