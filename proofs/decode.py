@@ -178,9 +178,11 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
 
     g, r = to_concrete(m, ctx.s)
     c = _v(m, ctx.c)
+    def yes(b) -> bool:
+        return z3.is_true(m.eval(b, model_completion=True))
+
     plan = []
     for t in trs:
-        yes = lambda b: z3.is_true(m.eval(b, model_completion=True))  # noqa: E731
         plan.append(VllmStep(
             KINDS[_v(m, t.kind)], _v(m, t.sched), OUTCOMES[_v(m, t.outcome)],
             frozenset([c]) if yes(t.accepted) else frozenset(),
