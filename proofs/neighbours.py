@@ -125,6 +125,24 @@ def _queries(ctx: Ctx) -> list[Query]:
 # --- counterexamples ------------------------------------------------------
 
 
+def replayable(ctx: Ctx) -> list[list]:
+    """A counterexample shape vLLM's scheduler runs as the world states it
+    (``tests/vllm/replay_vllm.py``): each earlier request a prompt that
+    finishes after one prefill step (no decode, ``offload_prompt_only``, no
+    ``max_offload_tokens``: its only store is the keep decision at its final
+    horizon ``P_i // C``), and a later request with no GPU-local hit (the
+    harness resets the prefix cache before it looks up). Alternatives, tried
+    in order."""
+    t, s = ctx.nb_terms, ctx.s
+    out = [ctx.lk.local_hit_tokens == 0, s.prompt_only, z3.Not(s.has_max)]
+    for s_i, off, N in zip((t["sx"], t["sy"]), t["off"], t["tokens"]):
+        out += [N == s_i.P, off == s_i.P]
+    # first two prompts that differ past their shared prefix, both seen by
+    # the later request (a world-(b) scenario proper), then any
+    apart = [t["d"] < t["sx"].P, t["d"] < t["sy"].P] + [D > 0 for D in t["D"]]
+    return [out + apart, out]
+
+
 def decode(m, ctx: Ctx) -> dict:
     """The model as two earlier requests, the later request and the spec's
     hits (``decode.decode_static``'s shape, world ``neighbours``)."""
@@ -242,7 +260,7 @@ NEIGHBOURS_OBLIGATIONS = [
         "earlier requests of the same configuration (sharing a prefix) equals its hit "
         "against the union of their dense stores (every chunk each could offload).",
         "static", queries=_queries, model_specific=False, grid=_geometries(), rules=RULES,
-        scope=SCOPE, split=False,
+        scope=SCOPE, split=False, replayable=replayable,
     ),
 ]
 

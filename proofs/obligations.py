@@ -87,6 +87,10 @@ class Obligation:
     # world "vllm": facts of one step, (ctx, pre, tr, post) -> [Bool], each
     # proved from the step's premise on its own, then assumed by the main query
     lemmas: Callable | None = None
+    # ctx -> [[Bool]], counterexample shapes the real scheduler can run
+    # (tests/vllm, ``--replay-vllm``), tried in order by the counterexample
+    # search (static: once the query is sat); the verdict never depends on them.
+    replayable: Callable | None = None
 
 
 def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
@@ -272,6 +276,12 @@ def promised(ctx: Ctx, t) -> z3.BoolRef:
                  z3.And(s.retention_mode == RetentionMode.POSITIVE, end % (s.Rc * s.C) == 0), repeated)
 
 
+def _no_local_hit(ctx: Ctx) -> list[list]:
+    """A later request vLLM's scheduler runs as decoded: no GPU-local hit
+    (tests/vllm/replay_vllm.py resets the prefix cache before it looks up)."""
+    return [[ctx.lk.local_hit_tokens == 0]]
+
+
 def _hit_step(ctx: Ctx, pre, tr, post):
     """The request ended; a later request's dense hit needs chunk ``c`` (it
     lies in the SWA run the dense lookup accepted) and ``c`` was not stored:
@@ -437,7 +447,7 @@ OBLIGATIONS: dict[str, Obligation] = {
             "this request could offload), in the single-request world; with a "
             "retention interval, for the requests the interval promises.",
             "lifecycle", step_violation=_hit_step, bmc_violation=_hit_bmc,
-            model_specific=False, grid=_geometries(),
+            model_specific=False, grid=_geometries(), replayable=_no_local_hit,
         ),
         Obligation(
             "no-waste",
@@ -658,7 +668,7 @@ OBLIGATIONS.update({
             "reads (docs/findings.md F7), for the later request and the dense reference.",
             "lifecycle", step_violation=_hit_step_read_window,
             bmc_violation=_hit_bmc_read_window, model_specific=False, grid=_geometries(),
-            rules=("vllm-0.33", "lookup-window"),
+            rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit,
         ),
         Obligation(
             "hit-preservation-read-window-aligned",

@@ -303,7 +303,12 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
                     if pinned else decode.readable_bounds(ctx)
                 )
-            r, m = _solve(q.premise + extra + [q.violation], CHECK_RL, meter)
+            # a shape the real scheduler can run first (Obligation.replayable)
+            shapes = ([] if pinned or ob.replayable is None else ob.replayable(ctx)) + [[]]
+            for shape in shapes:
+                r, m = _solve(q.premise + extra + shape + [q.violation], CHECK_RL, meter)
+                if r == z3.sat:
+                    break
             if r == z3.sat:
                 dec = decode.decode_bmc if ob.world == "single" else decode.decode_bmc_vllm
                 cex = dec(m, ctx, sts, trs, depth, replay=store_fn is None)
@@ -314,6 +319,36 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     cex["replayed_violation"] = decode.violation_in(trace, name, model, cex)
                 return depth, cex
     return None, None
+
+
+def _static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) -> dict:
+    """Decode a static query's model; with ``Obligation.replayable``, the
+    same violation in a shape vLLM's scheduler can run, if there is one
+    (the first of its alternatives the solver satisfies)."""
+    for pins in (ob.replayable(sctx) if ob.replayable is not None else ()):
+        rp, mp = _solve(q.premise + pins + [q.violation], LEAF_RL, meter)
+        if rp == z3.sat:
+            m = mp
+            break
+    cex = decode.decode_static(m, sctx)
+    if geometry is not None:
+        cex["geometry"] = geometry.name
+        cex["replayed_violation"] = decode.violation_in(
+            None, ob.name, model, cex | {"rule": sctx.rule})
+    return cex
+
+
+def static_counterexample(name: str, rule: str, model: str, geometry) -> dict | None:
+    """A grid static obligation's counterexample in one geometry (tests/vllm
+    replays each), or None where its queries there are not sat."""
+    ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
+    sctx = _ctx(rule, model)
+    sctx.pins = geometry.pins(sctx)
+    for q in ob.queries(sctx):
+        r, m = _solve(q.premise + [q.violation], LEAF_RL, meter)
+        if r == z3.sat:
+            return _static_cex(ob, sctx, q, m, model, geometry, meter)
+    return None
 
 
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
@@ -336,13 +371,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         verdicts = [r for r, _, _ in results]
         if "sat" in verdicts:
             verdict = "counterexample"
-            m = results[verdicts.index("sat")][1]
-            cex = decode.decode_static(m, sctx)
-            if ob.grid:
-                cex["geometry"] = g.name
-                cex["replayed_violation"] = decode.violation_in(None, name, model, cex | {"rule": rule})
-                if not cex["replayed_violation"]:
-                    detail = "counterexample did NOT replay through the executable rule"
+            i = verdicts.index("sat")
+            cex = _static_cex(ob, sctx, ob.queries(sctx)[i], results[i][1], model, g, meter)
+            if ob.grid and not cex["replayed_violation"]:
+                detail = "counterexample did NOT replay through the executable rule"
         elif "unknown" in verdicts:
             verdict, detail = "unknown", _unknown_detail(meter)
         else:

@@ -32,9 +32,10 @@ def counterexample(
              "written): the replayed lifecycle, or for mask-equivalence the mask at "
              "the decoded final horizon against the loadable chunks")] = None,
     replay_vllm: Annotated[bool, typer.Option(
-        "--replay-vllm", help="hit-preservation: replay the counterexample on vLLM 0.33.0's "
-        "real scheduler (needs the vllm extra and a checkout: it runs tests/vllm/replay_vllm.py) "
-        "and fail unless vLLM's hits equal kvreach's")] = False,
+        "--replay-vllm", help="replay the counterexample on vLLM 0.33.0's real scheduler "
+        "(the lookup-based obligations hit-preservation*, no-waste*; needs the vllm extra and a "
+        "checkout: it runs tests/vllm/replay_vllm.py) and fail unless vLLM's numbers equal "
+        "kvreach's and show the violation")] = False,
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import counterexample as search
@@ -55,6 +56,9 @@ def counterexample(
                            "a lifecycle obligation of world single or " + ", ".join(MAPPABLE_STATIC)
                            + f" ('{obligation}' has no chunk map)")
         _plot_paths("--plot", plot_file)
+    replays = _replay_module().REPLAYS if replay_vllm else {}
+    if replay_vllm and obligation not in replays:
+        raise CliError("--replay-vllm", True, "an obligation with a vLLM replay: " + ", ".join(replays))
     t0 = time.perf_counter()
     err = _err()
     r, m = search.row_key(obligation, rule, load_model)
@@ -66,13 +70,13 @@ def counterexample(
         except ParamError as e:
             raise _from_param_error(e) from None
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
-    if replay_vllm:
-        if obligation != "hit-preservation":
-            raise CliError("--replay-vllm", True, "the obligation hit-preservation")
-        if cex is not None:
-            cex["vllm_replay"] = _replay_vllm(cex, r)
-            if cex["vllm_replay"] != {k: cex["later_lookup"][k] for k in cex["vllm_replay"]}:
-                detail = (detail + "; " if detail else "") + "vLLM's replay differs from kvreach's"
+    if replay_vllm and cex is not None:
+        cex["vllm_replay"], ok = _replay_vllm(obligation, cex, r)
+        if not ok:
+            detail = (detail + "; " if detail else "") + (
+                "vLLM's replay differs from kvreach's" if
+                cex["vllm_replay"]["vllm"] != cex["vllm_replay"]["kvreach"]
+                else "vLLM's replay does not show the violation")
     secs = time.perf_counter() - t0
     concrete_rule, concrete_model = found.concrete_rule, found.concrete_model
 
@@ -101,8 +105,8 @@ def counterexample(
         raise typer.Exit(1)
 
 
-def _replay_vllm(cex: dict, rule: str) -> dict:
-    """Run tests/vllm/replay_vllm.py from the checkout (its CPU shims are
+def _replay_module():
+    """tests/vllm/replay_vllm.py from the checkout (its CPU shims are
     test-only code and stay there)."""
     import importlib
 
@@ -111,11 +115,19 @@ def _replay_vllm(cex: dict, rule: str) -> dict:
     vdir = _repo_root(None) / "tests" / "vllm"
     sys.path[:0] = [str(vdir)]
     try:
-        mod = importlib.import_module("replay_vllm")
+        return importlib.import_module("replay_vllm")
     except ImportError as e:
         raise CliError("--replay-vllm", True, f"vLLM 0.33.0 installed (the vllm extra): {e}") from None
-    which = "stock" if rule == "vllm-0.33" else "kvreach"  # other rules: kvreach's connector
-    return mod.replay_on_vllm(cex, which, None if which == "stock" else rule)
+
+
+def _replay_vllm(obligation: str, cex: dict, rule: str) -> tuple[dict, bool]:
+    """-> (``{"vllm": ..., "kvreach": ...}``, reproduced)."""
+    mod = _replay_module()
+    try:
+        got = mod.replay_on_vllm(obligation, cex, rule)
+    except ValueError as e:
+        raise CliError("--replay-vllm", True, f"a counterexample the real scheduler can run ({e})") from None
+    return got, mod.reproduced(obligation, got)
 
 
 # Static obligations whose counterexample is a chunk set at one horizon.

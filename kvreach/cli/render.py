@@ -265,6 +265,37 @@ def print_prove_report(out: Console, rows: list, total: float) -> int:
 
 
 def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
+    _print_cex_body(out, cex, model, depth)
+    if cex.get("world") == "neighbours":
+        _print_neighbours(out, cex)
+    elif "offloadable_tokens" in cex and "lookup_groups" in cex:  # no-waste: a kept chunk
+        out.print(f"kept at final horizon {cex['final_horizon_chunks']} chunks "
+                  f"({cex['offloadable_tokens']} offloadable tokens): chunk {cex['chunk']}, which "
+                  f"no later request sharing those tokens loads", markup=False, soft_wrap=True)
+    if cex.get("vllm_replay"):
+        _print_replay_on_vllm(out, cex["vllm_replay"])
+
+
+def _print_neighbours(out: Console, cex: dict) -> None:
+    """World (b): the two earlier requests, the later one and its hits."""
+    t = Table(title="world (b): two earlier requests, then the later request",
+              title_justify="left")
+    for col in ("request", "prompt tokens", "tokens", "offloadable", "final horizon (chunks)",
+                "shares with the later request"):
+        t.add_column(col)
+    for name, q in zip("XY", cex["requests"]):
+        t.add_row(name, str(q["prompt_tokens"]), str(q["tokens"]), str(q["offloadable_tokens"]),
+                  str(q["final_horizon_chunks"]), str(q["later_shared_tokens"]))
+    out.print(t)
+    lr = cex["later_request"]
+    out.print(f"X and Y share {cex['shared_x_y_tokens']} tokens; later request: "
+              f"{lr['num_tokens']} tokens, GPU-local hit {lr['local_hit_tokens']}, "
+              f"max_load_tokens {lr['max_load_tokens']}; offload hit {cex['twin_hit_tokens']} with "
+              f"the union of the rule's stores, {cex['twin_dense_hit_tokens']} with dense stores; "
+              f"dense loads, not stored: {ranges(cex['lost_chunks'])}", markup=False, soft_wrap=True)
+
+
+def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> None:
     cfg = cex["config"]
     t = Table(title="configuration", title_justify="left", show_header=False)
     t.add_column("key")
@@ -301,10 +332,26 @@ def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
                   f"offload hit {ll['hit_tokens']} with the rule's stores, "
                   f"{ll['dense_hit_tokens']} with dense stores; dense loads, not stored: "
                   f"{ranges(ll['missing_chunks'])}", markup=False, soft_wrap=True)
-    if cex.get("vllm_replay"):
-        v = cex["vllm_replay"]
-        out.print(f"vLLM 0.33.0 replay: offload hit {v['hit_tokens']} with the rule's stores, "
-                  f"{v['dense_hit_tokens']} with dense stores", markup=False, soft_wrap=True)
+
+
+def _print_replay_on_vllm(out: Console, v: dict) -> None:
+    """``--replay-vllm``: what vLLM 0.33.0's scheduler did beside what kvreach
+    predicts for the same keys."""
+    t = Table(title="replayed on vLLM 0.33.0's scheduler", title_justify="left")
+    for col in ("quantity", "vLLM", "kvreach", "equal"):
+        t.add_column(col)
+    for k, x in v["vllm"].items():
+        y = v["kvreach"].get(k)
+        t.add_row(k, _show_value(x), _show_value(y), "yes" if x == y else "[red]NO[/]")
+    out.print(t)
+
+
+def _show_value(x) -> str:
+    if isinstance(x, list) and x and all(isinstance(c, int) for c in x):
+        return ranges(x)
+    if isinstance(x, list):
+        return "; ".join(_show_value(c) for c in x) if x else "none"
+    return str(x)
 
 
 def _print_vllm_replay(out: Console, cex: dict) -> None:

@@ -1,66 +1,142 @@
-"""Replay a decoded hit-preservation counterexample on vLLM 0.33.0's real
-scheduler (used by tests/vllm/test_hit_preservation_vllm.py and by
-``kvreach counterexample hit-preservation --replay-vllm``, which loads this
-file from the checkout: the CPU shims below are test-only and stay here).
+"""Replay a decoded counterexample of an obligation against vLLM's lookup on
+vLLM 0.33.0's real scheduler (used by tests/vllm and by ``kvreach
+counterexample OBLIGATION --replay-vllm``, which loads this file from the
+checkout: the CPU shims it needs are test-only and stay here).
 
-The earlier request runs through the real ``Scheduler`` (the stock connector,
-or ``KvReachOffloadingConnector`` with a ``kvreach.rule``); the offload
-manager's lookup answers HIT for exactly the keys its ``prepare_store``
-accepted, then for every key the earlier request could offload (dense); the
-later request's ``get_num_new_matched_tokens`` result is vLLM's hit.
+Real: ``Scheduler``, ``KVCacheManager`` and ``OffloadingConnectorScheduler``
+(the stock connector, or ``KvReachOffloadingConnector`` with a
+``kvreach.rule``). Scripted: only the offload manager's answers: ``lookup``
+answers HIT for exactly the keys of the chunks the world holds (what
+``prepare_store`` accepted, or every key the earlier requests could offload:
+dense). A later request's ``get_num_new_matched_tokens`` result is vLLM's hit,
+and every lookup is checked against kvreach's twin (``lookup_harness.check``).
+
+One replayer per obligation (:data:`REPLAYS`), each returning what vLLM did
+and what kvreach predicts under the same keys, ``{"vllm": {...}, "kvreach":
+{...}}``: the replay reproduces the counterexample when the two are equal
+and the witness (a shorter hit, a chunk no lookup loads) is there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import tempfile
+from unittest import mock
 
-from kvreach_vllm_harness import SchedulerRun, Setup, full, prompt_token_ids, swa
+from kvreach_vllm_harness import STOCK, KVREACH, SchedulerRun, Setup, full, prompt_token_ids, swa
 from lookup_harness import LookupRecorder, check, later_lookups, later_tokens, new_id
 from vllm.v1.kv_offload.base import LookupResult
 
 
-def setup_of(cex: dict) -> Setup:
+def groups_of(cex: dict) -> tuple:
+    """The harness groups of a decoded counterexample: the full-attention
+    group, if any, then the SWA group."""
     grp, lg = cex["config"]["group"], cex["lookup_groups"]
     sw = swa(grp["block_size"], lg["window"], eagle=grp["eagle"], extra=lg["extra_retained_tokens"])
-    groups = (sw,) if lg["full_block_tokens"] is None else (full(lg["full_block_tokens"]), sw)
-    return Setup(groups, budget=cex["lifecycle"]["budget"],
+    return (sw,) if lg["full_block_tokens"] is None else (full(lg["full_block_tokens"]), sw)
+
+
+def setup_of(cex: dict) -> Setup:
+    grp = cex["config"]["group"]
+    return Setup(groups_of(cex), budget=cex["lifecycle"]["budget"],
                  blocks_per_chunk=grp["blocks_per_chunk"],
                  retention_interval=grp["retention_interval"],
                  offload_prompt_only=cex["config"]["request"]["offload_prompt_only"])
 
 
+def _no_local_hit(cex: dict) -> None:
+    lr = cex["later_request"]
+    if lr.get("local_hit_tokens", 0) != 0:
+        raise ValueError(f"later_request.local_hit_tokens = {lr['local_hit_tokens']}: the replay "
+                         "resets vLLM's prefix cache before the later request (no GPU-local hit); "
+                         "expected 0")
+
+
+@contextlib.contextmanager
+def lookup_variant(cex: dict):
+    """The counterexample's lookup variant on vLLM: ``read-window``
+    (docs/findings.md F7) patches vLLM's ``get_sliding_window_size_in_chunks``
+    (``offloading/config.py``, called by ``build_offloading_config`` when the
+    connector is built) to the chunks the load reads, ``max(1, ceil((W - 1 +
+    extra) / C))``, and the twin every lookup is checked against
+    (``lookup_harness.lookup_groups``) to the same variant. ``vllm-0.33``:
+    nothing patched."""
+    variant = cex["lookup_groups"].get("lookup_variant", "vllm-0.33")
+    if variant == "vllm-0.33":
+        yield
+        return
+    if variant != "read-window":
+        raise ValueError(f"lookup_groups.lookup_variant = {variant!r}: expected 'vllm-0.33' or "
+                         "'read-window'")
+    import lookup_harness
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import config as offload_config
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    stock = offload_config.get_sliding_window_size_in_chunks
+    groups = lookup_harness.lookup_groups
+
+    def read_window(kv_cache_spec, tokens_per_chunk):
+        if isinstance(kv_cache_spec, SlidingWindowSpec):
+            return max(1, cdiv(kv_cache_spec.sliding_window - 1
+                               + kv_cache_spec.extra_retained_tokens, tokens_per_chunk))
+        return stock(kv_cache_spec, tokens_per_chunk)
+
+    with mock.patch.object(offload_config, "get_sliding_window_size_in_chunks", read_window), \
+            mock.patch.object(lookup_harness, "lookup_groups", lambda setup: [
+                dataclasses.replace(g, lookup_variant="read-window") if g.is_swa else g
+                for g in groups(setup)]):
+        yield
+
+
+def _offloadable_answers(rec: LookupRecorder, setup: Setup, rid: str, offloadable_tokens: int,
+                         keep=lambda gi, c: True) -> dict:
+    """HIT for the keys of ``rid``'s chunks within its offloadable tokens
+    (of the SWA group, only those ``keep`` admits)."""
+    per_chunk = [setup.blocks_per_chunk * g.block_size for g in setup.groups]
+    return {k: LookupResult.HIT for k, (gi, c) in rec.prompt_keys[rid].items()
+            if (c + 1) * per_chunk[gi] <= offloadable_tokens and keep(gi, c)}
+
+
+# --- world (a): one earlier request's lifecycle --------------------------------------------
+
+
 def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
-    """-> (observations under the rule's stores, under dense stores)."""
+    """hit-preservation (and -read-window): the earlier request's decoded
+    lifecycle on the scheduler, then the later request against its accepted
+    keys and against every key it could offload.
+    -> (observations under the rule's stores, under dense stores)."""
+    _no_local_hit(cex)
     setup = setup_of(cex)
     extra = None if rule is None else {"kvreach.rule": rule}
-    r = SchedulerRun(setup, which, model_dir, extra_config=extra)
-    rec = LookupRecorder(r)
-    req, lc, later = cex["config"]["request"], cex["lifecycle"], cex["later_request"]
-    stored = prompt_token_ids(req["prompt_tokens"], seed=31)
-    rid = new_id("stored-")
-    params = None if req["max_offload_tokens"] is None else {
-        "max_offload_tokens": req["max_offload_tokens"]}
-    r.add_request(rid, req["prompt_tokens"], max_tokens=lc["decode"] + 1,
-                  kv_transfer_params=params, token_ids=stored)
-    if lc["abort_after_step"] is not None:
-        for _ in range(lc["abort_after_step"]):
-            r.step()
-        r.abort(rid)
-    r.run_to_completion()
-    tokens = later_tokens(stored, later["num_tokens"], later["shared_tokens"])
-    out = []
-    for content in ("rule", "dense"):
-        if content == "rule":
-            rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(rid, [])}
-        else:  # every chunk the earlier request could offload
-            rec.answers = {k: LookupResult.HIT for k, (g, c) in rec.prompt_keys[rid].items()
-                           if (c + 1) * setup.blocks_per_chunk * setup.groups[g].block_size
-                           <= _offloadable(cex)}
-        assert r.scheduler.reset_prefix_cache()
-        obs = later_lookups(rec, tokens, later["max_load_tokens"])
-        check(setup, obs)
-        out.append(obs[-1])
+    with lookup_variant(cex):
+        r = SchedulerRun(setup, which, model_dir, extra_config=extra)
+        rec = LookupRecorder(r)
+        req, lc, later = cex["config"]["request"], cex["lifecycle"], cex["later_request"]
+        stored = prompt_token_ids(req["prompt_tokens"], seed=31)
+        rid = new_id("stored-")
+        params = None if req["max_offload_tokens"] is None else {
+            "max_offload_tokens": req["max_offload_tokens"]}
+        r.add_request(rid, req["prompt_tokens"], max_tokens=lc["decode"] + 1,
+                      kv_transfer_params=params, token_ids=stored)
+        if lc["abort_after_step"] is not None:
+            for _ in range(lc["abort_after_step"]):
+                r.step()
+            r.abort(rid)
+        r.run_to_completion()
+        tokens = later_tokens(stored, later["num_tokens"], later["shared_tokens"])
+        out = []
+        for content in ("rule", "dense"):
+            if content == "rule":
+                rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(rid, [])}
+            else:  # every chunk the earlier request could offload
+                rec.answers = _offloadable_answers(rec, setup, rid, _offloadable(cex))
+            assert r.scheduler.reset_prefix_cache()
+            obs = later_lookups(rec, tokens, later["max_load_tokens"])
+            check(setup, obs)
+            out.append(obs[-1])
     return out
 
 
@@ -68,15 +144,179 @@ def _offloadable(cex: dict) -> int:
     return max(st["offloadable_tokens"] for st in cex["trace"]["steps"])
 
 
+def replay_hit_preservation(model_dir: str, cex: dict, rule: str) -> dict:
+    rule_obs, dense_obs = replay(model_dir, cex, *_connector(rule))
+    ll = cex["later_lookup"]
+    return {"vllm": {"hit_tokens": rule_obs.hit_tokens, "dense_hit_tokens": dense_obs.hit_tokens},
+            "kvreach": {"hit_tokens": ll["hit_tokens"], "dense_hit_tokens": ll["dense_hit_tokens"]}}
 
 
-def replay_on_vllm(cex: dict, which: str = "stock", rule: str | None = None) -> dict:
+def _connector(rule: str) -> tuple[str, str | None]:
+    """vLLM 0.33.0's rule is the stock connector's; any other rule runs in
+    ``KvReachOffloadingConnector``."""
+    return (STOCK, None) if rule == "vllm-0.33" else (KVREACH, rule)
+
+
+# --- world (a), waste: a kept chunk no later request loads ---------------------------------
+
+
+def replay_no_waste(model_dir: str, cex: dict, rule: str) -> dict:
+    """no-waste (and -read-window): the manager answers HIT for exactly the
+    SWA chunks the rule keeps at the decoded final horizon (its one-shot keep
+    decision, ``impl.rules.store_step``: the world the obligation states) and
+    every offloadable full-attention chunk; a later request of every length 1
+    .. ``H * C + 2C + 1`` tokens sharing the stored tokens (no GPU-local hit,
+    no ``max_load_tokens``, as ``proofs.decode.unloaded_kept_chunk`` tries
+    them) is scheduled. -> the lengths whose lookup loads the decoded chunk:
+    vLLM's, and kvreach's twin's for the same answers (both empty: the chunk
+    is waste), and whether the rule keeps it."""
+    from kvreach.impl.lookup import lookup
+    from kvreach.impl.rules import store_step
+    from kvreach.params import GroupConfig, RequestConfig
+    from lookup_harness import lookup_groups
+
+    g = GroupConfig(**cex["config"]["group"])
+    r = RequestConfig(**cex["config"]["request"])
+    H, c, off = cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
+    kept = set(store_step(rule, g, r, 0, H, True).chunks)
+    groups = groups_of(cex)
+    setup = Setup(groups, budget=4096, blocks_per_chunk=g.blocks_per_chunk)
+    swa_gi = len(groups) - 1
+    loaded = {"vllm": [], "kvreach": []}
+    with lookup_variant(cex):
+        run = SchedulerRun(setup, STOCK, model_dir)
+        rec = LookupRecorder(run)
+        longest = H * g.chunk_tokens + 2 * g.chunk_tokens + 1
+        tokens = prompt_token_ids(longest, seed=31)
+        rid = new_id("keys-")  # a request whose keys are the stored chunks' keys (prefix hashes)
+        run.add_request(rid, longest, max_tokens=1, token_ids=tokens)
+        run.run_to_completion()
+        rec.answers = _offloadable_answers(rec, setup, rid, off,
+                                           lambda gi, ci: gi != swa_gi or ci in kept)
+        twin_groups = lookup_groups(setup)
+        for T in range(1, longest + 1):
+            assert run.scheduler.reset_prefix_cache()
+            obs = later_lookups(rec, tokens[:T])
+            check(setup, obs)  # vLLM's hit and loaded keys equal kvreach's twin
+            if (swa_gi, c) in obs[-1].loaded:
+                loaded["vllm"].append(T)
+            twin = lookup(twin_groups, obs[-1].later_request(), obs[-1].content)
+            if (swa_gi, c) in twin.loaded_keys():
+                loaded["kvreach"].append(T)
+    return {w: {"chunk_kept": c in kept, "loaded_by_later_tokens": loaded[w],
+                "later_requests": longest} for w in ("vllm", "kvreach")}
+
+
+# --- world (b): two earlier requests under the same rule -----------------------------------
+
+
+def neighbour_tokens(cex: dict) -> tuple[list[int], list[int], list[int]]:
+    """Token ids of X, Y and the later request with the decoded shared
+    prefixes: X and Y share their first ``d`` tokens, the later request
+    ``D_X`` with X and ``D_Y`` with Y (the least of the three is attained
+    twice, so one sequence of choices gives all three)."""
+    X, Y = cex["requests"]
+    d, lr = cex["shared_x_y_tokens"], cex["later_request"]
+    Dx, Dy = X["later_shared_tokens"], Y["later_shared_tokens"]
+    n = max(X["tokens"], Y["tokens"], lr["num_tokens"])
+    u = prompt_token_ids(n, seed=31)
+    x = u[:X["tokens"]]
+    y = [u[i] if i < d else u[i] + 1 for i in range(Y["tokens"])]
+    later = [x[i] if i < Dx else y[i] if i < Dy else u[i] + 2 for i in range(lr["num_tokens"])]
+    return x, y, later
+
+
+def replay_neighbours(model_dir: str, cex: dict, rule: str) -> dict:
+    """hit-preservation-neighbours: X and Y each run as a prompt that
+    finishes after one prefill step (its only store: the keep decision at its
+    final horizon, the world's one-shot stores; ``proofs.neighbours.replayable``
+    asks the solver for that shape), the prefix cache reset between them;
+    then the later request against the union of the keys ``prepare_store``
+    accepted for both, and against every key either could offload (dense).
+    -> vLLM's and the twin's (``proofs.neighbours.twin``) hits, and each
+    request's stored SWA chunks: vLLM's and the one-shot decision's."""
+    from kvreach.impl.rules import store_step
+    from kvreach.params import GroupConfig, RequestConfig
+    from kvreach.proofs.neighbours import twin
+
+    _no_local_hit(cex)
+    for q in cex["requests"]:
+        if q["tokens"] != q["prompt_tokens"] or q["offloadable_tokens"] != q["prompt_tokens"]:
+            raise ValueError(f"request {q}: the replay runs each earlier request as one prompt "
+                             "that finishes after prefill; expected tokens == offloadable_tokens "
+                             "== prompt_tokens")
+    req = cex["config"]["request"]
+    if not req["offload_prompt_only"] or req["max_offload_tokens"] is not None:
+        raise ValueError(f"config.request = {req}: expected offload_prompt_only True and no "
+                         "max_offload_tokens (one store, at the prompt's final horizon)")
+    g = GroupConfig(**cex["config"]["group"])
+    groups = groups_of(cex)
+    x, y, later = neighbour_tokens(cex)
+    setup = Setup(groups, budget=max(2048, len(x), len(y), len(later)),
+                  blocks_per_chunk=g.blocks_per_chunk)
+    swa_gi = len(groups) - 1
+    which, kv_rule = _connector(rule)
+    run = SchedulerRun(setup, which, model_dir,
+                       extra_config=None if kv_rule is None else {"kvreach.rule": kv_rule})
+    rec = LookupRecorder(run)
+    rids, dense, stored = [], {}, {"vllm": [], "kvreach": []}
+    for toks, q in zip((x, y), cex["requests"]):
+        rid = new_id("neighbour-")
+        run.add_request(rid, len(toks), max_tokens=1, token_ids=toks)
+        run.run_to_completion()
+        assert run.scheduler.reset_prefix_cache()
+        rids.append(rid)
+        dense |= _offloadable_answers(rec, setup, rid, q["offloadable_tokens"])
+        pos = rec.prompt_keys[rid]
+        stored["vllm"].append(sorted(c for k in rec.stored_keys.get(rid, [])
+                                     for gi, c in [pos[k]] if gi == swa_gi))
+        rq = RequestConfig(**(req | {"prompt_tokens": q["prompt_tokens"]}))
+        stored["kvreach"].append(sorted(store_step(rule, g, rq, 0, q["final_horizon_chunks"],
+                                                   True).chunks))
+    hits = []
+    lr = cex["later_request"]
+    for answers in ({k: LookupResult.HIT for rid in rids for k in rec.stored_keys.get(rid, [])},
+                    dense):
+        rec.answers = answers
+        assert run.scheduler.reset_prefix_cache()
+        obs = later_lookups(rec, later, lr["max_load_tokens"])
+        check(setup, obs)
+        hits.append(obs[-1].hit_tokens)
+    got, dense_out, _ = twin(cex, rule)
+    return {"vllm": {"hit_tokens": hits[0], "dense_hit_tokens": hits[1],
+                     "stored_swa_chunks": stored["vllm"]},
+            "kvreach": {"hit_tokens": got.hit_tokens, "dense_hit_tokens": dense_out.hit_tokens,
+                        "stored_swa_chunks": stored["kvreach"]}}
+
+
+REPLAYS = {
+    "hit-preservation": replay_hit_preservation,
+    "hit-preservation-read-window": replay_hit_preservation,
+    "hit-preservation-neighbours": replay_neighbours,
+    "no-waste": replay_no_waste,
+    "no-waste-read-window": replay_no_waste,
+}
+
+
+def reproduced(obligation: str, result: dict) -> bool:
+    """vLLM did what kvreach predicts, and the witness is there: a hit
+    shorter than dense, or a kept chunk no later request loads."""
+    v = result["vllm"]
+    if result["vllm"] != result["kvreach"]:
+        return False
+    if obligation.startswith("no-waste"):
+        return v["chunk_kept"] and not v["loaded_by_later_tokens"]
+    return (v["hit_tokens"] or 0) < (v["dense_hit_tokens"] or 0)
+
+
+def replay_on_vllm(obligation: str, cex: dict, rule: str) -> dict:
     """Standalone (the CLI): offline model config and the hybrid KV cache
-    shim, then :func:`replay`. -> vLLM's hit tokens under both stores."""
+    shim, then the obligation's replayer. -> ``{"vllm": ..., "kvreach": ...}``."""
     from kvreach_vllm_harness import hybrid_kv_cache_shim, write_offline_model
 
+    if obligation not in REPLAYS:
+        raise ValueError(f"obligation {obligation!r}: expected one of {', '.join(REPLAYS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as d, hybrid_kv_cache_shim():
-        rule_obs, dense_obs = replay(write_offline_model(d), cex, which, rule)
-    return {"hit_tokens": rule_obs.hit_tokens, "dense_hit_tokens": dense_obs.hit_tokens}
+        return REPLAYS[obligation](write_offline_model(d), cex, rule)

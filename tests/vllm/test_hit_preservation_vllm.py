@@ -149,39 +149,83 @@ def _scenario_cex(fb, B, W, bpc, prompt, budget, abort, later, shared) -> dict:
             "trace": trace.to_json("intended")}
 
 
-def _patch_read_window(monkeypatch) -> None:
-    import dataclasses
-
-    import lookup_harness
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import config as offload_config
-    from vllm.utils.math_utils import cdiv
-    from vllm.v1.kv_cache_interface import SlidingWindowSpec
-
-    stock = offload_config.get_sliding_window_size_in_chunks
-
-    def read_window(kv_cache_spec, tokens_per_chunk):
-        if isinstance(kv_cache_spec, SlidingWindowSpec):
-            return max(1, cdiv(kv_cache_spec.sliding_window - 1
-                               + kv_cache_spec.extra_retained_tokens, tokens_per_chunk))
-        return stock(kv_cache_spec, tokens_per_chunk)
-
-    monkeypatch.setattr(offload_config, "get_sliding_window_size_in_chunks", read_window)
-    groups = lookup_harness.lookup_groups
-    monkeypatch.setattr(lookup_harness, "lookup_groups", lambda setup: [
-        dataclasses.replace(g, lookup_variant="read-window") if g.is_swa else g
-        for g in groups(setup)])
-
-
 @pytest.mark.parametrize("scenario", READ_WINDOW_SCENARIOS,
                          ids=[f"W{s[2]}-bpc{s[3]}-P{s[4]}-later{s[7]}" for s in READ_WINDOW_SCENARIOS])
-def test_read_window_lookup_on_vllm(offline_model_dir, monkeypatch, scenario):
-    """Stock vLLM 0.33.0, then the same scenario with the patched lookup:
-    vLLM's hit tokens (rule's stores, dense) are kvreach's in both (the
-    harness checks every lookup against the twin with the same variant)."""
+def test_read_window_lookup_on_vllm(offline_model_dir, scenario):
+    """Stock vLLM 0.33.0, then the same scenario with the patched lookup
+    (``replay_vllm.lookup_variant``): vLLM's hit tokens (rule's stores, dense)
+    are kvreach's in both (the harness checks every lookup against the twin
+    with the same variant)."""
     *args, stock, variant = scenario
     cex = _scenario_cex(*args)
     rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
     assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == stock
-    _patch_read_window(monkeypatch)
+    cex["lookup_groups"]["lookup_variant"] = "read-window"
     rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
     assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == variant
+
+
+def test_read_window_row_counterexample_on_vllm(offline_model_dir):
+    """``hit-preservation-read-window``'s own counterexample for vLLM 0.33.0's
+    rule (the row ``kvreach prove`` decodes, ``--replay-vllm``'s scenario):
+    with the patched lookup vLLM's hits equal kvreach's and stay short of dense."""
+    from replay_vllm import replay_hit_preservation, reproduced
+
+    _, cex = runner.find_counterexample("hit-preservation-read-window", "vllm-0.33", "any")
+    assert cex["lookup_groups"]["lookup_variant"] == "read-window"
+    got = replay_hit_preservation(offline_model_dir, cex, "vllm-0.33")
+    assert reproduced("hit-preservation-read-window", got), got
+
+
+# --- world (b): hit-preservation-neighbours' counterexamples on vLLM -------------------------
+
+NEIGHBOURS_FAILING = ["issue-9 measurement", "PR example, extra_retained_tokens 5",
+                      "PR example, EAGLE group", "blocks_per_chunk 2, W - 1 a multiple of the chunk"]
+
+
+@functools.lru_cache(maxsize=None)
+def neighbours_counterexample(geometry_name: str):
+    from kvreach.proofs.neighbours import _geometries
+
+    g = next(x for x in _geometries() if x.name == geometry_name)
+    return runner.static_counterexample("hit-preservation-neighbours", "vllm-0.33", "any", g)
+
+
+def test_neighbours_counterexamples_are_the_failing_geometries():
+    """The geometries replayed below are exactly those where the obligation
+    fails for vLLM 0.33.0's rule (none for lookup-window)."""
+    from kvreach.proofs.neighbours import _geometries
+
+    failing = [g.name for g in _geometries() if runner.static_counterexample(
+        "hit-preservation-neighbours", "vllm-0.33", "any", g) is not None]
+    assert failing == NEIGHBOURS_FAILING
+    assert not any(runner.static_counterexample("hit-preservation-neighbours", "lookup-window",
+                                                "any", g) for g in _geometries())
+
+
+@pytest.mark.parametrize("geometry", NEIGHBOURS_FAILING)
+def test_vllm_033_neighbours_lose_the_hit_kvreach_predicts(offline_model_dir, geometry):
+    """Two earlier requests X and Y (one prefill step each) on the real
+    scheduler, then the later request: vLLM's stored SWA chunks per request
+    are the world's one-shot keep decisions, its hits under the union of the
+    accepted keys and under dense are the twin's, and shorter than dense."""
+    from replay_vllm import replay_neighbours, reproduced
+
+    cex = neighbours_counterexample(geometry)
+    assert cex["later_request"]["local_hit_tokens"] == 0  # the replayable shape was found
+    assert cex["shared_x_y_tokens"] < min(q["prompt_tokens"] for q in cex["requests"])
+    got = replay_neighbours(offline_model_dir, cex, "vllm-0.33")
+    assert reproduced("hit-preservation-neighbours", got), got
+
+
+@pytest.mark.parametrize("geometry", NEIGHBOURS_FAILING)
+def test_lookup_window_rule_keeps_the_neighbours_hit(offline_model_dir, geometry):
+    """The same requests with ``KvReachOffloadingConnector`` under
+    ``kvreach.rule=lookup-window``: the later request gets the dense hit (so
+    the check above can tell the rules apart)."""
+    from replay_vllm import replay_neighbours, reproduced
+
+    got = replay_neighbours(offline_model_dir, neighbours_counterexample(geometry), "lookup-window")
+    assert got["vllm"] == got["kvreach"]
+    assert got["vllm"]["hit_tokens"] == got["vllm"]["dense_hit_tokens"] > 0
+    assert not reproduced("hit-preservation-neighbours", got)

@@ -21,12 +21,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach_vllm_harness import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa  # noqa: E402
-from lookup_harness import LookupRecorder, check, later_lookups, new_id  # noqa: E402
-from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
+from replay_vllm import replay_no_waste, reproduced  # noqa: E402
 
-from kvreach.impl.rules import store_step  # noqa: E402
-from kvreach.params import GroupConfig, RequestConfig  # noqa: E402
+from kvreach.params import GroupConfig  # noqa: E402
 from kvreach.proofs import runner  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -43,34 +40,31 @@ def counterexample(rule: str) -> dict:
 
 @pytest.mark.parametrize("rule", RULES)
 def test_no_lookup_on_vllm_loads_the_kept_chunk(offline_model_dir, rule):
-    cex = counterexample(rule)
+    got = replay_no_waste(offline_model_dir, counterexample(rule), rule)
+    assert reproduced("no-waste", got), got
+
+
+@pytest.mark.parametrize("rule", ("vllm-0.33", "lookup-window"))
+def test_no_waste_read_window_on_vllm(offline_model_dir, rule):
+    """``no-waste-read-window``'s counterexamples, with vLLM's lookup patched
+    to the variant (``replay_vllm.lookup_variant``)."""
+    row = runner.run_row("no-waste-read-window", rule, "any", {})
+    assert row.verdict == "counterexample" and row.counterexample, row
+    cex = row.counterexample
+    assert cex["lookup_groups"]["lookup_variant"] == "read-window"
+    got = replay_no_waste(offline_model_dir, cex, rule)
+    assert reproduced("no-waste-read-window", got), got
+
+
+def test_no_waste_replay_can_fail(offline_model_dir):
+    """Pointed at a kept chunk that a later lookup does load (the last chunk
+    of the run before the first alignment boundary, which the request of
+    exactly that many tokens loads), the replay reports the loading lengths."""
+    cex = dict(counterexample("lookup-window"))
     g = GroupConfig(**cex["config"]["group"])
-    r = RequestConfig(**cex["config"]["request"])
-    lg, H, c, off = (cex["lookup_groups"], cex["final_horizon_chunks"], cex["chunk"],
-                     cex["offloadable_tokens"])
-    kept = set(store_step(rule, g, r, 0, H, True).chunks)
-    assert c in kept
-    sw = swa(g.block_size, lg["window"], eagle=g.eagle, extra=lg["extra_retained_tokens"])
-    groups = (sw,) if lg["full_block_tokens"] is None else (full(lg["full_block_tokens"]), sw)
-    setup = Setup(groups, budget=4096, blocks_per_chunk=g.blocks_per_chunk)
-    swa_gi = len(groups) - 1
-    run = SchedulerRun(setup, STOCK, offline_model_dir)
-    rec = LookupRecorder(run)
-    longest = H * g.chunk_tokens + 2 * g.chunk_tokens + 1
-    tokens = prompt_token_ids(longest, seed=31)
-    rid = new_id("keys-")  # a request whose keys are the stored chunks' keys (prefix hashes)
-    run.add_request(rid, longest, max_tokens=1, token_ids=tokens)
-    run.run_to_completion()
-    per_chunk = [setup.blocks_per_chunk * gr.block_size for gr in groups]
-    rec.answers = {
-        k: LookupResult.HIT for k, (gi, ci) in rec.prompt_keys[rid].items()
-        if (ci + 1) * per_chunk[gi] <= off and (gi != swa_gi or ci in kept)
-    }
-    loaded_by = []
-    for T in range(1, longest + 1):
-        assert run.scheduler.reset_prefix_cache()
-        obs = later_lookups(rec, tokens[:T])
-        check(setup, obs)  # vLLM's hit and loaded keys equal kvreach's twin
-        if (swa_gi, c) in obs[-1].loaded:
-            loaded_by.append(T)
-    assert not loaded_by, (rule, c, loaded_by)
+    A = g.alignment_tokens // g.chunk_tokens
+    cex |= {"chunk": A - 1, "final_horizon_chunks": A, "offloadable_tokens": A * g.chunk_tokens}
+    got = replay_no_waste(offline_model_dir, cex, "lookup-window")
+    assert got["vllm"] == got["kvreach"] and got["vllm"]["chunk_kept"]
+    assert got["vllm"]["loaded_by_later_tokens"]
+    assert not reproduced("no-waste", got)
