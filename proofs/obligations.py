@@ -276,6 +276,15 @@ def promised(ctx: Ctx, t) -> z3.BoolRef:
                  z3.And(s.retention_mode == RetentionMode.POSITIVE, end % (s.Rc * s.C) == 0), repeated)
 
 
+def _real_alignment(ctx: Ctx) -> list[list]:
+    """A configuration vLLM builds: an alignment that is a full-attention
+    group's tokens per chunk (block times ``blocks_per_chunk``,
+    ``SchedulerOffloadConfig.from_spec``); tests/vllm/replay_lifecycle.py
+    replays only those."""
+    s = ctx.s
+    return [[s.has_align, s.A % s.bpc == 0]]
+
+
 def _no_local_hit(ctx: Ctx) -> list[list]:
     """A later request vLLM's scheduler runs as decoded: no GPU-local hit
     (tests/vllm/replay_vllm.py resets the prefix cache before it looks up)."""
@@ -420,7 +429,7 @@ OBLIGATIONS: dict[str, Obligation] = {
             "chunks of the union, over the load model's hit boundaries, of each "
             "boundary's need-window.",
             "static", queries=_mask_eq,
-            rules=("vllm-0.29", "vllm-0.33"),
+            rules=("vllm-0.29", "vllm-0.33"), replayable=_real_alignment,
         ),
         Obligation(
             "invariant",

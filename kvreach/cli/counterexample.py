@@ -33,7 +33,8 @@ def counterexample(
              "the decoded final horizon against the loadable chunks")] = None,
     replay_vllm: Annotated[bool, typer.Option(
         "--replay-vllm", help="replay the counterexample on vLLM 0.33.0's real scheduler "
-        "(the lookup-based obligations hit-preservation*, no-waste*; needs the vllm extra and a "
+        "(hit-preservation*, no-waste*, and world single's soundness, completeness, "
+        "computed-before-stored, mask-equivalence; needs the vllm extra and a "
         "checkout: it runs tests/vllm/replay_vllm.py) and fail unless vLLM's numbers equal "
         "kvreach's and show the violation")] = False,
 ) -> None:
@@ -71,7 +72,7 @@ def counterexample(
             raise _from_param_error(e) from None
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
     if replay_vllm and cex is not None:
-        cex["vllm_replay"], ok = _replay_vllm(obligation, cex, r)
+        cex["vllm_replay"], ok = _replay_vllm(obligation, cex, r, m)
         if not ok:
             detail = (detail + "; " if detail else "") + (
                 "vLLM's replay differs from kvreach's" if
@@ -120,11 +121,11 @@ def _replay_module():
         raise CliError("--replay-vllm", True, f"vLLM 0.33.0 installed (the vllm extra): {e}") from None
 
 
-def _replay_vllm(obligation: str, cex: dict, rule: str) -> tuple[dict, bool]:
+def _replay_vllm(obligation: str, cex: dict, rule: str, model: str) -> tuple[dict, bool]:
     """-> (``{"vllm": ..., "kvreach": ...}``, reproduced)."""
     mod = _replay_module()
     try:
-        got = mod.replay_on_vllm(obligation, cex, rule)
+        got = mod.replay_on_vllm(obligation, cex, rule, model)
     except ValueError as e:
         raise CliError("--replay-vllm", True, f"a counterexample the real scheduler can run ({e})") from None
     return got, mod.reproduced(obligation, got)

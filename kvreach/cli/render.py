@@ -347,6 +347,11 @@ def _print_replay_on_vllm(out: Console, v: dict) -> None:
 
 
 def _show_value(x) -> str:
+    if isinstance(x, dict):
+        return ", ".join(f"{k} {_show_value(v)}" for k, v in x.items())
+    if isinstance(x, list) and x and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[1], list) for p in x):
+        return "; ".join(f"{p[0]}: {ranges(p[1])}" for p in x)  # [[later tokens, chunks]]
     if isinstance(x, list) and x and all(isinstance(c, int) for c in x):
         return ranges(x)
     if isinstance(x, list):

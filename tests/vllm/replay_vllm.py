@@ -144,7 +144,7 @@ def _offloadable(cex: dict) -> int:
     return max(st["offloadable_tokens"] for st in cex["trace"]["steps"])
 
 
-def replay_hit_preservation(model_dir: str, cex: dict, rule: str) -> dict:
+def replay_hit_preservation(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
     rule_obs, dense_obs = replay(model_dir, cex, *_connector(rule))
     ll = cex["later_lookup"]
     return {"vllm": {"hit_tokens": rule_obs.hit_tokens, "dense_hit_tokens": dense_obs.hit_tokens},
@@ -160,7 +160,7 @@ def _connector(rule: str) -> tuple[str, str | None]:
 # --- world (a), waste: a kept chunk no later request loads ---------------------------------
 
 
-def replay_no_waste(model_dir: str, cex: dict, rule: str) -> dict:
+def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
     """no-waste (and -read-window): the manager answers HIT for exactly the
     SWA chunks the rule keeps at the decoded final horizon (its one-shot keep
     decision, ``impl.rules.store_step``: the world the obligation states) and
@@ -226,7 +226,7 @@ def neighbour_tokens(cex: dict) -> tuple[list[int], list[int], list[int]]:
     return x, y, later
 
 
-def replay_neighbours(model_dir: str, cex: dict, rule: str) -> dict:
+def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
     """hit-preservation-neighbours: X and Y each run as a prompt that
     finishes after one prefill step (its only store: the keep decision at its
     final horizon, the world's one-shot stores; ``proofs.neighbours.replayable``
@@ -289,27 +289,43 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str) -> dict:
                         "stored_swa_chunks": stored["kvreach"]}}
 
 
+def _lifecycle(obligation: str):
+    """World "single"'s lifecycle and mask rows (``replay_lifecycle.py``)."""
+    def replay_row(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
+        from replay_lifecycle import replay_lifecycle
+
+        return replay_lifecycle(model_dir, obligation, cex, rule, load_model)
+    return replay_row
+
+
 REPLAYS = {
     "hit-preservation": replay_hit_preservation,
     "hit-preservation-read-window": replay_hit_preservation,
     "hit-preservation-neighbours": replay_neighbours,
     "no-waste": replay_no_waste,
     "no-waste-read-window": replay_no_waste,
+    **{o: _lifecycle(o) for o in ("soundness", "completeness", "computed-before-stored",
+                                  "mask-equivalence")},
 }
 
 
 def reproduced(obligation: str, result: dict) -> bool:
     """vLLM did what kvreach predicts, and the witness is there: a hit
-    shorter than dense, or a kept chunk no later request loads."""
+    shorter than dense, a kept chunk no later request loads, or (the load
+    models' rows) the chunks the obligation's witness names."""
+    from replay_lifecycle import WITNESS
+
     v = result["vllm"]
     if result["vllm"] != result["kvreach"]:
         return False
+    if obligation in WITNESS:
+        return bool(v[WITNESS[obligation]])
     if obligation.startswith("no-waste"):
         return v["chunk_kept"] and not v["loaded_by_later_tokens"]
     return (v["hit_tokens"] or 0) < (v["dense_hit_tokens"] or 0)
 
 
-def replay_on_vllm(obligation: str, cex: dict, rule: str) -> dict:
+def replay_on_vllm(obligation: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
     """Standalone (the CLI): offline model config and the hybrid KV cache
     shim, then the obligation's replayer. -> ``{"vllm": ..., "kvreach": ...}``."""
     from kvreach_vllm_harness import hybrid_kv_cache_shim, write_offline_model
@@ -319,4 +335,4 @@ def replay_on_vllm(obligation: str, cex: dict, rule: str) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as d, hybrid_kv_cache_shim():
-        return REPLAYS[obligation](write_offline_model(d), cex, rule)
+        return REPLAYS[obligation](write_offline_model(d), cex, rule, load_model)
