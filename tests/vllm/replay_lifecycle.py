@@ -50,7 +50,8 @@ from kvreach.params import GroupConfig, RequestConfig
 STORED = "stored"  # the counterexample's request
 # the key of each obligation's witness in both halves of replay_lifecycle's result
 WITNESS = {"soundness": "violating", "completeness": "missing",
-           "computed-before-stored": "uncomputed", "mask-equivalence": "mask_violation"}
+           "computed-before-stored": "uncomputed", "mask-equivalence": "mask_violation",
+           "exactly-once-restarts": "offered_again"}
 LIFECYCLE_OBLIGATIONS = ("soundness", "completeness", "computed-before-stored")
 STATIC_OBLIGATIONS = ("mask-equivalence",)
 
@@ -278,6 +279,8 @@ def replay_lifecycle(model_dir: str, obligation: str, cex: dict, rule: str,
     {...}, "kvreach": {...}}`` with the same keys. ``load_model``: the
     row's (a static counterexample does not name it; default
     ``cex["load_model"]``)."""
+    if obligation == "exactly-once-restarts":
+        return replay_restarts(model_dir, obligation, cex, rule)
     if cex.get("world", "single") != "single":
         raise unreplayable(obligation, rule, (
             f"world {cex['world']!r}: its plan's preemptions, lookups and manager outcomes "
@@ -371,6 +374,97 @@ def replay_mask_on_scheduler(model_dir: str, obligation: str, cex: dict, rule: s
         "kvreach": scenario | {"steps": selection, "kept": kept,
                                "mask_violation": sorted(set(kept) ^ wanted)},
     }
+
+
+# ---------------------------------------------------------------------------
+# world "vllm": a plan with restarts (exactly-once-restarts)
+# ---------------------------------------------------------------------------
+
+RESTART_KINDS = ("prefill", "decode", "preempt", "lookup", "finish", "abort")
+
+
+def check_restart_plan(obligation: str, rule: str, cex: dict) -> None:
+    """The plan is one the real scheduler runs for a lone request whose
+    offload manager accepts every store: prefill / decode steps of the
+    scheduler's cut, preemptions, the lookup that resumes the request, and
+    a finish or an abort; no refused or partial ``prepare_store``, no
+    ``shared_prefix_boundary``, no null blocks, no offload hit (the manager's
+    lookup answers MISS)."""
+    for i, st in enumerate(cex["plan"], 1):
+        why = None
+        if st["kind"] not in RESTART_KINDS:
+            why = f"step {i} is a {st['kind']!r} step (replayed: {', '.join(RESTART_KINDS)})"
+        elif st["outcome"] != "accept" or st["null"] or st["shared_prefix_boundary"]:
+            why = (f"step {i}: outcome {st['outcome']!r}, null {st['null']}, "
+                   f"shared_prefix_boundary {st['shared_prefix_boundary']} (replayed: every "
+                   "store accepted, no null block, no shared-prefix boundary)")
+        if why:
+            raise unreplayable(obligation, rule, why)
+
+
+def restart_offers(steps: list[tuple[str, int, list[int]]]) -> list[list[int]]:
+    """Chunks offered in a later incarnation that ``prepare_store`` accepted
+    in an earlier one (every offer accepted): the witness of
+    ``exactly-once-restarts``."""
+    accepted: dict[int, int] = {}  # chunk -> incarnation it was first accepted in
+    out = set()
+    for _, inc, chunks in steps:
+        for c in chunks:
+            if accepted.setdefault(c, inc) < inc:
+                out.add(c)
+    return sorted(out)
+
+
+def replay_restarts(model_dir: str, obligation: str, cex: dict, rule: str) -> dict:
+    """``exactly-once-restarts``'s plan on the real scheduler. A ``preempt``
+    step is vLLM's own ``Scheduler.reset_prefix_cache(reset_running_requests=True)``
+    (``_preempt_request`` on the running request: blocks freed,
+    ``num_computed_tokens = 0``, back to the waiting queue, its id in the next
+    ``SchedulerOutput.preempted_req_ids``); the ``lookup`` that resumes it and
+    the prefill after it are one ``Scheduler.schedule`` (which calls
+    ``get_num_new_matched_tokens``: the cursor ``next_stored_chunk_idx`` goes
+    back to 0); ``abort`` is ``finish_requests``. -> per store-bearing step
+    (kind, incarnation, chunks ``prepare_store`` was offered), and the chunks
+    offered again in a later incarnation, vLLM's beside kvreach's
+    (``cex["replay"]``, ``impl.lifecycle.run_vllm``)."""
+    check_restart_plan(obligation, rule, cex)
+    g = GroupConfig(**cex["config"]["group"])
+    req = RequestConfig(**cex["config"]["request"])
+    setup = setup_of(obligation, rule, g, req, cex["budget"])
+    which, extra = connector_of(rule)
+    run = SchedulerRun(setup, which, model_dir, extra_config=extra)
+    plan = cex["plan"]
+    decode = sum(st["kind"] == "decode" for st in plan)
+    params = None if req.max_offload_tokens is None else {
+        "max_offload_tokens": req.max_offload_tokens}
+    run.add_request(STORED, req.prompt_tokens, max_tokens=decode + 1, kv_transfer_params=params)
+    vllm, inc = [], 0
+    for i, st in enumerate(plan, 1):
+        kind = st["kind"]
+        if kind == "preempt":
+            assert run.scheduler.reset_prefix_cache(reset_running_requests=True)
+            inc += 1
+        elif kind in ("prefill", "decode"):
+            rec = run.step()
+            got = rec.scheduled.get(STORED, 0)
+            if got != st["scheduled_tokens"]:
+                raise unreplayable(obligation, rule, f"step {i} ({kind}) schedules "
+                                   f"{st['scheduled_tokens']} tokens, the scheduler {got}")
+            vllm.append((kind, inc, sorted(rec.chunks(SWA_GROUP, STORED))))
+        elif kind in ("finish", "abort"):
+            if kind == "abort":
+                run.abort(STORED)
+            first = len(run.steps)
+            run.run_to_completion()
+            vllm.append((kind, inc, sorted(c for rec in run.steps[first:]
+                                           for c in rec.chunks(SWA_GROUP, STORED))))
+    # a store-bearing step's incarnation: the spec counts the resuming lookups, vLLM's side
+    # above the preemptions before it (one lookup resumes each preempted request)
+    kvreach = [(x["kind"], x["incarnation"], sorted(x["offered"])) for x in cex["replay"]
+               if x["kind"] in ("prefill", "decode", "finish", "abort")]
+    as_lists = lambda steps: [[k, i, c] for k, i, c in steps]  # noqa: E731  (JSON-like)
+    return {"vllm": {"steps": as_lists(vllm), "offered_again": restart_offers(vllm)},
+            "kvreach": {"steps": as_lists(kvreach), "offered_again": restart_offers(kvreach)}}
 
 
 def replay_lifecycle_on_vllm(obligation: str, cex: dict, rule: str,

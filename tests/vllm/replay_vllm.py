@@ -305,7 +305,7 @@ REPLAYS = {
     "no-waste": replay_no_waste,
     "no-waste-read-window": replay_no_waste,
     **{o: _lifecycle(o) for o in ("soundness", "completeness", "computed-before-stored",
-                                  "mask-equivalence")},
+                                  "mask-equivalence", "exactly-once-restarts")},
 }
 
 

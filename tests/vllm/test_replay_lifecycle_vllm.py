@@ -61,6 +61,9 @@ REPLAYED = [
     ("mask-equivalence", "vllm-0.29", "intended"),
     ("mask-equivalence", "vllm-0.33", "aligned"),
     ("mask-equivalence", "vllm-0.33", "intended"),
+    ("exactly-once-restarts", "vllm-0.29", "any"),
+    ("exactly-once-restarts", "vllm-0.33", "any"),
+    ("exactly-once-restarts", "lookup-window", "any"),
 ]
 
 
@@ -89,8 +92,7 @@ UNREPLAYABLE = [
     # commit point is vLLM 0.33.0's bookkeeping, which kvreach's connector keeps (and
     # alignment 5 with 4 blocks per chunk has no full-attention group either)
     ("computed-before-stored", "vllm-0.29", "any", "replaces only the chunk selection"),
-    # world "vllm": a plan of preemptions / lookups, not a lone request's lifecycle
-    ("exactly-once-restarts", "vllm-0.29", "any", "world 'vllm'"),
+    # world "vllm" with a refused prepare_store and a recompute step: not replayed
     ("computed-before-stored-restarts", "vllm-0.29", "any", "world 'vllm'"),
 ]
 
@@ -123,3 +125,21 @@ def test_wrong_rule_differs(offline_model_dir):
     out = replayed(offline_model_dir, "soundness", "vllm-0.29", "intended", "vllm-0.33")
     assert out["vllm"]["steps"] != out["kvreach"]["steps"]
     assert out["vllm"]["violating"] == [] != out["kvreach"]["violating"]
+
+
+def test_restart_witness_needs_the_preemption(offline_model_dir):
+    """The same request without the preemption (prefill 1000 tokens, then
+    abort) offers no chunk twice on vLLM: the re-offers of
+    ``exactly-once-restarts`` come from the restart (``reset_prefix_cache``
+    preempting the request, the resuming lookup resetting the cursor)."""
+    from replay_lifecycle import replay_restarts
+
+    cex = counterexample("exactly-once-restarts", "vllm-0.33", "any")
+    assert [st["kind"] for st in cex["plan"]] == ["prefill", "preempt", "lookup", "prefill", "abort"]
+    keep = [0, 4]
+    short = cex | {"plan": [cex["plan"][i] for i in keep],
+                   "replay": [cex["replay"][0], cex["replay"][4] | {"incarnation": 0}]}
+    out = replay_restarts(offline_model_dir, "exactly-once-restarts", short, "vllm-0.33")
+    assert out["vllm"]["offered_again"] == [] and out["kvreach"]["offered_again"] == []
+    assert replayed(offline_model_dir, "exactly-once-restarts", "vllm-0.33", "any",
+                    "vllm-0.33")["vllm"]["offered_again"]
