@@ -172,3 +172,15 @@ MUTANTS.update({
 })
 VARIANTS["initial-run-two-wider"] = initial_run_two_wider
 PLANTS["initial-run-two-wider"] = {"widen_initial_by": 2}  # spec.lookup.lookup
+
+
+def verified_run_one_short():
+    """``lookup-run-stored``'s reading of the dense lookup's verified SWA run
+    starting one chunk late (``verified_short_by=1``): a store missing only
+    the run's first chunk then looks complete, yet its hit is shorter."""
+
+
+MUTANTS["lookup-run-stored"] = ("verified-run-one-short", None, "verified-run-one-short")
+MUTANTS["lookup-run-stored-read-window"] = MUTANTS["lookup-run-stored"]
+VARIANTS["verified-run-one-short"] = verified_run_one_short
+PLANTS["verified-run-one-short"] = {"verified_short_by": 1}  # obligations._lookup_run_stored

@@ -12,7 +12,8 @@ model checking (BMC), so every reported counterexample is a real trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 import z3
@@ -656,6 +657,44 @@ def _lookup_monotone(ctx: Ctx):
     return out  # one query per variant (one query for both is slower in Z3)
 
 
+RUN_STORED_BOUND_CHUNKS = 10  # lookup-run-stored: later requests of at most this many SWA chunks
+
+
+def _lookup_run_stored(ctx: Ctx, variant: str = "vllm-0.33"):
+    """The step ``hit-preservation`` (world (a)) and
+    ``hit-preservation-neighbours`` (world (b)) reduce a lost hit to: for any
+    store whose SWA keys are a subset ``R`` of a prefix ``D = [0, d)`` of
+    chunks (the rule's stores inside the dense ones) and any full-attention
+    answers, the same for both, the lookup's hit against ``R`` equals its hit
+    against ``D`` iff ``D``'s hit is 0 or every chunk of the SWA run ``D``'s
+    lookup accepts (``swa_verified``) is in ``R``. Two queries per lookup
+    variant: a differing hit with that run stored (the encodings would miss
+    the loss), and a chunk of that run missing with an equal hit (their
+    counterexamples would not be losses). One query: the hits differ exactly
+    when that run is stored is the violation (both directions at once)."""
+    from kvreach.spec.lookup import LookupSym, bounded_keys, forall_in, link, lookup
+
+    K = RUN_STORED_BOUND_CHUNKS
+    short = ctx.mutant.get("verified_short_by", 0)
+    I, Bo = z3.IntSort(), z3.BoolSort()
+    full, swa = z3.Function("rs_full_hit", I, Bo), z3.Function("rs_rule_swa_hit", I, Bo)
+    d = z3.Int("rs_dense_swa_chunks")
+    dense = lambda c: z3.And(c >= 0, c < d)  # noqa: E731
+    rule = lambda c: z3.And(swa(c), dense(c))  # noqa: E731
+    if variant != "vllm-0.33":
+        _read_window(ctx)
+    lk = ctx.lk
+    keys = bounded_keys(full, rule, K, "rs_rule")
+    r = lookup(lk, keys)
+    # the same full-attention answers: one prefix end (its symbols) for both lookups
+    D = lookup(lk, replace(bounded_keys(full, dense, K, "rs_dense"), full_end=keys.full_end))
+    v0, v1 = D.swa_verified
+    run_stored = z3.Or(D.hit_tokens == 0, forall_in(v0 + short, v1, rule, K))
+    prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
+                         d >= 0, r.scope, D.scope] + r.side + D.side
+    return [Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored)]
+
+
 def _geometries_of_the_lookup():
     """The grid's geometries that differ for the lookup (it does not see the
     retention interval: those geometries are the PR example's for it)."""
@@ -703,6 +742,26 @@ OBLIGATIONS.update({
                    "counterexample is confirmed against every later request sharing a prefix)"),
             split=False,
         ),
+        *[Obligation(
+            name,
+            "Against a store whose SWA keys are a subset of a prefix of chunks (the "
+            "rule's stores inside the dense ones), with the same full-attention "
+            "answers, the lookup's hit equals the prefix's hit iff that hit is 0 or "
+            "every chunk of the SWA run the prefix's lookup accepts is stored: the "
+            "step hit-preservation and hit-preservation-neighbours reduce a lost hit "
+            f"to; for {which}.",
+            "static", queries=partial(_lookup_run_stored, variant=variant),
+            rule_specific=False, model_specific=False, grid=_geometries_of_the_lookup(),
+            scope=(f"bounded: later requests of at most {RUN_STORED_BOUND_CHUNKS} SWA chunks "
+                   "(any length up to that, GPU-local hit, max_load_tokens), the dense store "
+                   "any prefix of SWA chunks, the rule's any subset of it, the full-attention "
+                   "answers any (the same for both); geometry fixed to each of the grid's 8 "
+                   "without a retention interval (proofs/geometries.py); lookup variant "
+                   f"{variant}; one pass of _lookup_complete_chunks"),
+            split=False,
+        ) for name, variant, which in (
+            ("lookup-run-stored", "vllm-0.33", "vLLM 0.33.0's lookup"),
+            ("lookup-run-stored-read-window", READ_WINDOW, "the lookup variant 'read-window'"))],
         Obligation(
             "lookup-monotone",
             "The offload lookup is monotone in the store content: with more keys "

@@ -275,18 +275,16 @@ def _ctx(rule: str, model: str, **kw) -> Ctx:
 
 
 def find_counterexample(name: str, rule: str, model: str, store_fn=None,
-                        meter: Meter | None = None, geometry=None):
+                        meter: Meter | None = None, geometry=None, shaped: bool | None = None):
     """BMC from the initial state; first pinned to PR #54362's worked example
     (so regressions decode to its numbers), then over every configuration.
     With a ``geometry`` (grid obligations): its pins throughout, first at its
-    example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left)."""
+    example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left).
+    ``shaped``: only (True) or never (False) in a shape the real scheduler
+    runs (``Obligation.replayable``); None: that shape first, per query."""
     ob = OBLIGATIONS[name]
     if geometry is None and ob.grid:
-        for g in ob.grid:
-            found = find_counterexample(name, rule, model, store_fn, meter, g)
-            if found[1] is not None:
-                return found
-        return None, None
+        return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter)[0]
     for pinned in (True, False):
         for depth in (ob.bmc_depths or BMC_DEPTHS):
             ctx = _ctx(rule, model, store_fn=store_fn)
@@ -304,7 +302,8 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     if pinned else decode.readable_bounds(ctx)
                 )
             # a shape the real scheduler can run first (Obligation.replayable)
-            shapes = ([] if pinned or ob.replayable is None else ob.replayable(ctx)) + [[]]
+            shapes = [] if pinned or ob.replayable is None or shaped is False else ob.replayable(ctx)
+            shapes += [] if shaped and shapes else [[]]
             for shape in shapes:
                 r, m = _solve(q.premise + extra + shape + [q.violation], CHECK_RL, meter)
                 if r == z3.sat:
@@ -349,6 +348,18 @@ def static_counterexample(name: str, rule: str, model: str, geometry) -> dict | 
         if r == z3.sat:
             return _static_cex(ob, sctx, q, m, model, geometry, meter)
     return None
+
+
+def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=None):
+    """The first geometry's counterexample in a shape the real scheduler runs
+    (``Obligation.replayable``), else the first geometry's in any shape."""
+    passes = (True, False) if OBLIGATIONS[name].replayable is not None else (None,)
+    for shaped in passes:
+        for g in geometries:
+            found = find_counterexample(name, rule, model, store_fn, meter, g, shaped)
+            if found[1] is not None:
+                return found, g
+    return (None, None), None
 
 
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
@@ -462,14 +473,14 @@ def _grid_row(name, rule, model, invariant_ok, meter):
         return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction, " \
             "invariant obligation 'invariant')", ("" if ok else f"invariant of {rule} not proved"), \
             None, non_vacuous
-    for g, r in failed:
-        depth, cex = find_counterexample(name, rule, model, meter=meter, geometry=g)
-        if cex is not None:
-            detail = "" if cex.get("replayed_violation") else \
-                "counterexample did NOT replay through the executable rule"
-            cex["geometries_failing"] = [x.name for x, _ in failed]
-            return "counterexample", scope + f"; counterexample by BMC, {depth} step(s) from " \
-                "the initial state", detail, cex, non_vacuous
+    (depth, cex), _ = _grid_counterexample(name, rule, model, [g for g, _ in failed],
+                                           meter=meter)
+    if cex is not None:
+        detail = "" if cex.get("replayed_violation") else \
+            "counterexample did NOT replay through the executable rule"
+        cex["geometries_failing"] = [x.name for x, _ in failed]
+        return "counterexample", scope + f"; counterexample by BMC, {depth} step(s) from " \
+            "the initial state", detail, cex, non_vacuous
     return "unknown", scope, (_unknown_detail(meter) + "; geometries: " +
                               ", ".join(f"{g.name} ({r})" for g, r in failed)), None, non_vacuous
 
