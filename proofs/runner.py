@@ -286,6 +286,8 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
     if geometry is None and ob.grid:
         return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter)[0]
     for pinned in (True, False):
+        if pinned and shaped is False:
+            continue  # the shaped pass searched at the example (its shape is its own)
         for depth in (ob.bmc_depths or BMC_DEPTHS):
             ctx = _ctx(rule, model, store_fn=store_fn)
             if geometry is not None:
@@ -301,10 +303,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
                     if pinned else decode.readable_bounds(ctx)
                 )
-            # a shape the real scheduler can run first (Obligation.replayable)
-            shapes = [] if pinned or ob.replayable is None or shaped is False else ob.replayable(ctx)
-            shapes += [] if shaped and shapes else [[]]
-            for shape in shapes:
+            for shape in _shapes(ob, ctx, pinned, shaped):
                 r, m = _solve(q.premise + extra + shape + [q.violation], CHECK_RL, meter)
                 if r == z3.sat:
                     break
@@ -318,6 +317,16 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     cex["replayed_violation"] = decode.violation_in(trace, name, model, cex)
                 return depth, cex
     return None, None
+
+
+def _shapes(ob, ctx: Ctx, pinned: bool, shaped: bool | None) -> list[list]:
+    """The extra constraints a counterexample search tries, in order: the
+    shapes the real scheduler runs (``Obligation.replayable``) and/or none.
+    The pinned example is one shape already."""
+    if pinned or ob.replayable is None:
+        return [[]]
+    replayable = ob.replayable(ctx)
+    return {None: replayable + [[]], True: replayable, False: [[]]}[shaped]
 
 
 def _static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) -> dict:
