@@ -184,3 +184,15 @@ MUTANTS["lookup-run-stored"] = ("verified-run-one-short", None, "verified-run-on
 MUTANTS["lookup-run-stored-read-window"] = MUTANTS["lookup-run-stored"]
 VARIANTS["verified-run-one-short"] = verified_run_one_short
 PLANTS["verified-run-one-short"] = {"verified_short_by": 1}  # obligations._lookup_run_stored
+
+
+def read_window_lookup():
+    """``hit-preserving-wastes`` under the lookup variant ``read-window``
+    (``get_sliding_window_size_in_chunks`` returning the chunks the load
+    reads): the run's first chunk is then loaded by the very hit it serves,
+    so the claim must fail: it is a claim about vLLM 0.33.0's lookup."""
+
+
+MUTANTS["hit-preserving-wastes"] = ("read-window-lookup", None, "read-window-lookup")
+VARIANTS["read-window-lookup"] = read_window_lookup
+PLANTS["read-window-lookup"] = {"read_window_lookup": True}  # obligations._hit_preserving_wastes

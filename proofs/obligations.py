@@ -672,7 +672,7 @@ def _lookup_run_stored(ctx: Ctx, variant: str = "vllm-0.33"):
     the loss), and a chunk of that run missing with an equal hit (their
     counterexamples would not be losses). One query: the hits differ exactly
     when that run is stored is the violation (both directions at once)."""
-    from kvreach.spec.lookup import LookupSym, bounded_keys, forall_in, link, lookup
+    from kvreach.spec.lookup import bounded_keys, forall_in, link, lookup
 
     K = RUN_STORED_BOUND_CHUNKS
     short = ctx.mutant.get("verified_short_by", 0)
@@ -693,6 +693,47 @@ def _lookup_run_stored(ctx: Ctx, variant: str = "vllm-0.33"):
     prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
                          d >= 0, r.scope, D.scope] + r.side + D.side
     return [Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored)]
+
+
+def _hit_preserving_wastes(ctx: Ctx):
+    """Where ``W - 1`` is a multiple of the chunk, no store rule is both
+    hit-preserving and waste-free (docs/findings.md F7): the later request of
+    ``A + 1`` tokens sharing them (no GPU-local hit, no ``max_load_tokens``)
+    has a dense hit whose accepted SWA run starts at chunk ``c0``, so a rule
+    without ``c0`` loses that hit (``lookup-run-stored``); and no later
+    request's dense hit (any length, shared prefix, GPU-local hit,
+    ``max_load_tokens``, dense store) loads ``c0``. A hit-preserving rule's
+    hits are the dense ones, so it stores ``c0`` and no lookup loads it.
+    The premise holds the witness request (non-vacuity shows it exists);
+    the violation is a dense hit loading ``c0``."""
+    from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
+
+    s, lk = ctx.s, ctx.lk
+    if ctx.mutant.get("read_window_lookup"):
+        _read_window(ctx)
+    wk = LookupSym.fresh("hw_witness_", lk.variant)
+    seen, seen_w = z3.Int("hw_dense_seen_tokens"), z3.Int("hw_witness_seen_tokens")
+
+    def dense(k, tokens):  # a prefix store as far as the later request shares it
+        return lookup(k, prefix_keys(z3.If(k.has_full, tokens / k.C_full, 0), tokens / k.C))
+
+    D, Dw = dense(lk, seen), dense(wk, seen_w)
+    c0 = Dw.swa_verified[0]
+    same = [getattr(wk, f) == getattr(lk, f) for f in (
+        "full_block_tokens", "B", "bpc", "W", "extra", "has_full", "eagle")]
+    prem = ctx.base() + same + [
+        lk.well_formed(), link(s, lk), wk.well_formed(), link(s, wk), seen >= 0,
+        wk.num_tokens == s.A + 1, seen_w == s.A + 1, wk.local_hit_tokens == 0,
+        z3.Not(wk.has_max_load), Dw.hit_tokens > 0] + D.side + Dw.side
+    return [Query(prem, z3.And(D.hit_tokens > 0, D.swa_loaded[0] <= c0, c0 < D.swa_loaded[1]))]
+
+
+def _geometries_window_one_past_chunks():
+    """The grid's geometries where ``W - 1`` is a multiple of the SWA chunk
+    (no EAGLE, no retention interval, no extra retained tokens)."""
+    return tuple(g for g in _geometries() if g.full_block is not None and not g.eagle
+                 and g.retention is None and not g.extra
+                 and (g.window - 1) % (g.swa_block * g.bpc) == 0)
 
 
 def _geometries_of_the_lookup():
@@ -762,6 +803,22 @@ OBLIGATIONS.update({
         ) for name, variant, which in (
             ("lookup-run-stored", "vllm-0.33", "vLLM 0.33.0's lookup"),
             ("lookup-run-stored-read-window", READ_WINDOW, "the lookup variant 'read-window'"))],
+        Obligation(
+            "hit-preserving-wastes",
+            "Where W - 1 is a multiple of the SWA chunk, every hit-preserving rule "
+            "stores a chunk no later request loads: the first chunk of the run the "
+            "lookup accepts for the dense hit of a later request of A + 1 tokens is "
+            "loaded by no later request's dense hit (so no rule is both hit-preserving "
+            "and waste-free there, worlds (a) and (b): their dense stores are prefixes).",
+            "static", queries=_hit_preserving_wastes, rule_specific=False,
+            model_specific=False, grid=_geometries_window_one_past_chunks(),
+            scope=("geometry fixed to each of the grid's geometries where W - 1 is a multiple "
+                   "of the SWA chunk (issue-9 measurement, blocks_per_chunk 2); the later "
+                   "request any length, shared prefix, GPU-local hit and max_load_tokens "
+                   "(unbounded), the store dense (a prefix: one request's or a union's); "
+                   "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks"),
+            split=False,
+        ),
         Obligation(
             "lookup-monotone",
             "The offload lookup is monotone in the store content: with more keys "

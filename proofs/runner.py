@@ -251,9 +251,21 @@ def _static(q: Query, ctx: Ctx, meter: Meter, split: bool = True):
     split is on)."""
     if not split:
         r, m = _solve(q.premise + [q.violation], LEAF_RL, meter)
-        return str(r), m, r == z3.sat or _solve(q.premise, LEAF_RL, meter)[0] == z3.sat
+        return str(r), m, r == z3.sat or any(
+            _solve(q.premise + small, rl, meter)[0] == z3.sat
+            for small, rl in ((_small_lookup(ctx), NODE_RL), ([], LEAF_RL)))
     r, m = _decide(q, ctx, False, meter)
     return str(r), m, _non_vacuous(q, ctx, r, False, meter)
+
+
+def _small_lookup(ctx: Ctx) -> list:
+    """Small numbers tried first for a static query's non-vacuity (a model
+    within them is a model of the premise): the configuration's readable
+    bounds, a later request of at most two SWA chunks, no GPU-local hit, no
+    ``max_load_tokens``."""
+    lk = ctx.lk
+    return decode.readable_bounds(ctx) + [
+        lk.num_tokens <= 2 * lk.C, lk.local_hit_tokens == 0, z3.Not(lk.has_max_load)]
 
 
 def rows_for(obligation: str | None, rule: str | None, model: str | None):
@@ -334,6 +346,8 @@ def _static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) 
     same violation in a shape vLLM's scheduler can run, if there is one
     (the first of its alternatives the solver satisfies)."""
     for pins in (ob.replayable(sctx) if ob.replayable is not None else ()):
+        if z3.is_true(m.eval(z3.And(pins), model_completion=True)):
+            break  # the model is in this shape already
         rp, mp = _solve(q.premise + pins + [q.violation], LEAF_RL, meter)
         if rp == z3.sat:
             m = mp

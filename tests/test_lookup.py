@@ -207,3 +207,33 @@ def test_eviction_world_equal_hit_is_refuted():
     evicted = {296}
     assert hit(tr.stored) == hit(range(297)) == 1187
     assert (hit(set(tr.stored) - evicted), hit(set(range(297)) - evicted)) == (1152, 1184)
+
+
+def test_hit_preserving_wastes_holds_only_where_the_window_is_one_past_chunks():
+    """``hit-preserving-wastes`` is a claim about its two geometries, not a
+    tautology: where ``W - 1`` is not a multiple of the chunk (PR #54362's
+    window 16) some dense hit loads the first chunk of the run the witness's
+    lookup accepts, so the obligation's query is satisfiable there; in the
+    issue-9 geometry it is not; the premise (the witness) is satisfiable in
+    both. The twin agrees on the issue-9 numbers: the hit at 36 of a 37-token
+    request needs chunk 4 (without it the scan falls back to the run 0-3,
+    a 16-token hit) and loads 5-8."""
+    import z3
+
+    from kvreach.proofs import runner
+    from kvreach.proofs.geometries import GEOMETRIES
+    from kvreach.proofs.obligations import _hit_preserving_wastes
+
+    def solve(name):
+        ctx = runner._ctx("any", "any")
+        ctx.pins = next(g for g in GEOMETRIES if g.name == name).pins(ctx)
+        (q,) = _hit_preserving_wastes(ctx)
+        return (runner._solve(q.premise)[0], runner._solve(q.premise + [q.violation])[0])
+
+    assert solve("issue-9 measurement") == (z3.sat, z3.unsat)
+    assert solve("PR #54362 example") == (z3.sat, z3.sat)
+    groups = (LookupGroup(36), LookupGroup(4, window_tokens=17))
+    out = lookup(groups, LaterRequest(37), StoreContent.of_chunks([range(1), range(9)]))
+    assert out.hit_tokens == 36 and list(out.loaded[1]) == [5, 6, 7, 8]
+    without = StoreContent.of_chunks([range(1), [c for c in range(9) if c != 4]])
+    assert lookup(groups, LaterRequest(37), without).hit_tokens == 16
