@@ -33,8 +33,9 @@ def counterexample(
              "the decoded final horizon against the loadable chunks")] = None,
     replay_vllm: Annotated[bool, typer.Option(
         "--replay-vllm", help="replay the counterexample on vLLM 0.33.0's real scheduler "
-        "(hit-preservation*, no-waste*, and world single's soundness, completeness, "
-        "computed-before-stored, mask-equivalence; needs the vllm extra and a "
+        "(hit-preservation*, no-waste*, world single's soundness, completeness, "
+        "computed-before-stored, mask-equivalence, and exactly-once-restarts; needs the "
+        "vllm extra and a "
         "checkout: it runs tests/vllm/replay_vllm.py) and fail unless vLLM's numbers equal "
         "kvreach's and show the violation")] = False,
 ) -> None:
