@@ -181,12 +181,19 @@ def run_request(model_dir: str, setup: Setup, rule: str, req: RequestConfig,
         "max_offload_tokens": req.max_offload_tokens}
     drive(run, STORED, req.prompt_tokens, decode=lc.decode,
           abort_after_step=lc.abort_after_step, kv_transfer_params=params)
-    if which == KVREACH:
+    assert_rule_ran(run)
+    return run, rec
+
+
+def assert_rule_ran(run: SchedulerRun) -> None:
+    """``KvReachOffloadingConnector`` decided every store with its rule: it
+    never fell back to stock vLLM's (a replay under kvreach's connector
+    would otherwise show vLLM 0.33.0's rule)."""
+    if run.which == KVREACH:
         k = run.offload
         fell_back = (k.kvreach_fallbacks, k.kvreach_contract_violations,
                      k.kvreach_unmodeled_fallbacks)
         assert fell_back == ({}, 0, 0), f"kvreach's connector fell back to stock: {fell_back}"
-    return run, rec
 
 
 def vllm_steps(run: SchedulerRun) -> list[list[int]]:
@@ -460,6 +467,7 @@ def replay_restarts(model_dir: str, obligation: str, cex: dict, rule: str) -> di
                                            for c in rec.chunks(SWA_GROUP, STORED))))
     # a store-bearing step's incarnation: the spec counts the resuming lookups, vLLM's side
     # above the preemptions before it (one lookup resumes each preempted request)
+    assert_rule_ran(run)
     kvreach = [(x["kind"], x["incarnation"], sorted(x["offered"])) for x in cex["replay"]
                if x["kind"] in ("prefill", "decode", "finish", "abort")]
     as_lists = lambda steps: [[k, i, c] for k, i, c in steps]  # noqa: E731  (JSON-like)

@@ -25,8 +25,9 @@ import os
 import tempfile
 from unittest import mock
 
-from kvreach_vllm_harness import STOCK, KVREACH, SchedulerRun, Setup, full, prompt_token_ids, swa
+from kvreach_vllm_harness import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa
 from lookup_harness import LookupRecorder, check, later_lookups, later_tokens, new_id
+from replay_lifecycle import assert_rule_ran, connector_of
 from vllm.v1.kv_offload.base import LookupResult
 
 
@@ -110,7 +111,7 @@ def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
     -> (observations under the rule's stores, under dense stores)."""
     _no_local_hit(cex)
     setup = setup_of(cex)
-    extra = None if rule is None else {"kvreach.rule": rule}
+    extra = None if rule is None else connector_of(rule)[1]
     with lookup_variant(cex):
         r = SchedulerRun(setup, which, model_dir, extra_config=extra)
         rec = LookupRecorder(r)
@@ -137,6 +138,7 @@ def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
             obs = later_lookups(rec, tokens, later["max_load_tokens"])
             check(setup, obs)
             out.append(obs[-1])
+    assert_rule_ran(r)
     return out
 
 
@@ -145,16 +147,11 @@ def _offloadable(cex: dict) -> int:
 
 
 def replay_hit_preservation(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
-    rule_obs, dense_obs = replay(model_dir, cex, *_connector(rule))
+    which, _ = connector_of(rule)
+    rule_obs, dense_obs = replay(model_dir, cex, which, None if which == STOCK else rule)
     ll = cex["later_lookup"]
     return {"vllm": {"hit_tokens": rule_obs.hit_tokens, "dense_hit_tokens": dense_obs.hit_tokens},
             "kvreach": {"hit_tokens": ll["hit_tokens"], "dense_hit_tokens": ll["dense_hit_tokens"]}}
-
-
-def _connector(rule: str) -> tuple[str, str | None]:
-    """vLLM 0.33.0's rule is the stock connector's; any other rule runs in
-    ``KvReachOffloadingConnector``."""
-    return (STOCK, None) if rule == "vllm-0.33" else (KVREACH, rule)
 
 
 # --- world (a), waste: a kept chunk no later request loads ---------------------------------
@@ -255,9 +252,8 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
     setup = Setup(groups, budget=max(2048, len(x), len(y), len(later)),
                   blocks_per_chunk=g.blocks_per_chunk)
     swa_gi = len(groups) - 1
-    which, kv_rule = _connector(rule)
-    run = SchedulerRun(setup, which, model_dir,
-                       extra_config=None if kv_rule is None else {"kvreach.rule": kv_rule})
+    which, extra = connector_of(rule)
+    run = SchedulerRun(setup, which, model_dir, extra_config=extra)
     rec = LookupRecorder(run)
     rids, dense, stored = [], {}, {"vllm": [], "kvreach": []}
     for toks, q in zip((x, y), cex["requests"]):
@@ -282,6 +278,7 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
         obs = later_lookups(rec, later, lr["max_load_tokens"])
         check(setup, obs)
         hits.append(obs[-1].hit_tokens)
+    assert_rule_ran(run)
     got, dense_out, _ = twin(cex, rule)
     return {"vllm": {"hit_tokens": hits[0], "dense_hit_tokens": hits[1],
                      "stored_swa_chunks": stored["vllm"]},
