@@ -50,6 +50,7 @@ SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
 # Bounds of the bounded obligations.
 NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)
 SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
+NEIGHBOURS_REQUESTS = 3  # hit-preservation-neighbours: earlier requests whose stores the tier holds
 
 # Small numbers for readable counterexamples (the search only; a
 # counterexample within them is a counterexample): SymConfig field -> max,

@@ -1,18 +1,18 @@
 """World (b), *same-rule neighbours* (issue 10, docs/lookup.md "Worlds"): the
-offload tier holds what the rule stored for two earlier requests X and Y of
-the same configuration (prompts ``P_X``, ``P_Y`` sharing their first ``d``
-tokens), and a later request looks up as ``_lookup_complete_chunks`` does
-(``kvreach.spec.lookup``).
+offload tier holds what the rule stored for ``NEIGHBOURS_REQUESTS`` (3)
+earlier requests of the same configuration (prompts ``P_i``, each pair
+sharing its first ``d_ij`` tokens), and a later request looks up as
+``_lookup_complete_chunks`` does (``kvreach.spec.lookup``).
 
 Keys are prefix hashes, so the later request's chunk ``c`` of a group is a HIT
-iff X or Y stored its chunk ``c`` and the later request shares that chunk's
-tokens with it: ``(c + 1) * chunk <= min(D_i, offloadable_i)`` for the prefix
-``D_i`` it shares with request ``i``. The three shared prefixes are those of
-three token sequences: the smallest of ``d``, ``D_X``, ``D_Y`` is attained
-twice (an ultrametric). Full-attention chunks are stored dense (no mask);
-the SWA chunks are the rule's one-shot keep decision at each request's final
-horizon ``H_i = offloadable_i // C`` (as ``no-waste`` takes it), dense: every
-chunk each request could offload.
+iff some earlier request stored its chunk ``c`` and the later request shares
+that chunk's tokens with it: ``(c + 1) * chunk <= min(D_i, offloadable_i)``
+for the prefix ``D_i`` it shares with request ``i``. The shared prefixes are
+those of token sequences: of any three, the least is attained twice (an
+ultrametric, :func:`ultrametric`). Full-attention chunks are stored dense (no
+mask); the SWA chunks are the rule's one-shot keep decision at each request's
+final horizon ``H_i = offloadable_i // C`` (as ``no-waste`` takes it), dense:
+every chunk each request could offload.
 
 Obligation ``hit-preservation-neighbours``: the later request's hit against
 the union of the rule's stores equals its hit against the union of dense
@@ -25,7 +25,9 @@ keys with the same windows): every key at or above the dense scan's end
 ``e_d`` misses in both, so no larger end qualifies for the rule's scan, and
 ``e_d`` qualifies for it iff its run is all stored; then every term of the
 hit is the same. A missing chunk makes the rule's scan end below ``e_d``:
-a shorter hit (the twin confirms each counterexample's two hits).
+a shorter hit (the twin confirms each counterexample's two hits). That step
+is the obligation ``lookup-run-stored``, proved for later requests of up to
+10 SWA chunks.
 
 No bound on keys: the dense lookup is the closed form of a prefix
 (``prefix_keys``, proved by ``lookup-prefix-scan``), the rule's stores enter
@@ -34,9 +36,9 @@ retention interval (a retention interval promises only some later requests;
 world (a) covers those rows), two queries per geometry (with and without
 ``max_load_tokens``: a partition Z3 decides faster than the whole).
 
-A counterexample decodes to both requests, the later request and the chunk
-(:func:`decode`), and is confirmed through the twin (:func:`replay`): the
-executable rule's one-shot stores of X and Y (``impl.rules.store_step``),
+A counterexample decodes to the earlier requests, the later request and the
+chunk (:func:`decode`), and is confirmed through the twin (:func:`replay`):
+the executable rule's one-shot stores of each (``impl.rules.store_step``),
 their union as ``impl.lookup.StoreContent``, the twin's lookup against it and
 against the dense union: a shorter hit, the dense hit the spec's, the chunk
 missing.
@@ -46,11 +48,13 @@ Registered from the end of ``proofs/obligations.py``; its mutant here too.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import z3
 
 from kvreach.proofs import mutants
+from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.obligations import OBLIGATIONS, Ctx, Obligation, Query, one_shot_mask
 from kvreach.spec.config import _max, _min
 
@@ -60,17 +64,35 @@ RULES = ("vllm-0.33", "lookup-window")
 
 
 def _terms(ctx: Ctx) -> dict:
-    """The world's symbols: X is ``ctx.s`` (its prompt ``s.P``), Y the same
-    configuration with its own prompt."""
+    """The world's symbols: request 0 is ``ctx.s`` (its prompt ``s.P``), the
+    others the same configuration with their own prompts; ``d[i, j]`` the
+    prefix requests ``i`` and ``j`` share, ``D[i]`` the one request ``i``
+    shares with the later request."""
     I = z3.Int  # noqa: E741
-    sy = replace(ctx.s, P=I("nb_y_prompt_tokens"))
+    n = NEIGHBOURS_REQUESTS
     return dict(
-        sx=ctx.s, sy=sy,
-        off=(I("nb_x_offloadable_tokens"), I("nb_y_offloadable_tokens")),
-        tokens=(I("nb_x_tokens"), I("nb_y_tokens")),  # prompt and any decode
-        D=(I("nb_later_shared_x"), I("nb_later_shared_y")),
-        d=I("nb_shared_x_y"),
+        s=[ctx.s] + [replace(ctx.s, P=I(f"nb_r{i}_prompt_tokens")) for i in range(1, n)],
+        off=[I(f"nb_r{i}_offloadable_tokens") for i in range(n)],
+        tokens=[I(f"nb_r{i}_tokens") for i in range(n)],  # prompt and any decode
+        D=[I(f"nb_later_shared_r{i}") for i in range(n)],
+        d={(i, j): I(f"nb_shared_r{i}_r{j}") for i, j in itertools.combinations(range(n), 2)},
     )
+
+
+def shared(t: dict, a: int, b: int):
+    """The prefix sequences ``a < b`` share; index ``NEIGHBOURS_REQUESTS`` is
+    the later request."""
+    return t["D"][a] if b == NEIGHBOURS_REQUESTS else t["d"][a, b]
+
+
+def ultrametric(t: dict) -> list:
+    """Prefixes of token sequences: of any three, the least shared prefix is
+    attained twice (each is at least the least of the other two)."""
+    out = []
+    for a, b, c in itertools.combinations(range(NEIGHBOURS_REQUESTS + 1), 3):
+        x, y, z = shared(t, a, b), shared(t, a, c), shared(t, b, c)
+        out += [x >= _min(y, z), y >= _min(x, z), z >= _min(x, y)]
+    return out
 
 
 def keep(ctx: Ctx, s, c, H) -> z3.BoolRef:
@@ -92,25 +114,25 @@ def _queries(ctx: Ctx) -> list[Query]:
     t = _terms(ctx)
     lk = ctx.lk
     C, Cf = lk.C, lk.C_full
-    prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), t["sy"].well_formed()]
+    prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk)] + [s_i.well_formed() for s_i in t["s"][1:]]
     seen = []  # per request: tokens of it the later request sees (shared and offloadable)
-    d = t["d"]
-    for s_i, off, D, N in zip((t["sx"], t["sy"]), t["off"], t["D"], t["tokens"]):
+    for s_i, off, D, N in zip(t["s"], t["off"], t["D"], t["tokens"]):
         prem += [N >= s_i.P, 0 <= off, off <= N, z3.Implies(s_i.prompt_only, off <= s_i.P),
                  z3.Implies(s_i.has_max, off <= s_i.max_off),
-                 0 <= D, D <= lk.num_tokens, D <= N, d <= N]
+                 0 <= D, D <= lk.num_tokens, D <= N]
         seen.append(_min(D, off))
-    Dx, Dy = t["D"]
-    prem += [d >= 0,
-             # three prefixes of three sequences: the least is attained twice
-             d >= _min(Dx, Dy), Dx >= _min(d, Dy), Dy >= _min(d, Dx)]
+    for (i, j), d in t["d"].items():
+        prem += [d >= 0, d <= t["tokens"][i], d <= t["tokens"][j]]
+    prem += ultrametric(t)
 
     def stored(c):  # the later request's SWA chunk c is a HIT in the union of the rule's stores
         return z3.And(c >= 0, z3.Or([
             z3.And((c + 1) * C <= sh, keep(ctx, s_i, c, off / C))
-            for s_i, off, sh in zip((t["sx"], t["sy"]), t["off"], seen)]))
+            for s_i, off, sh in zip(t["s"], t["off"], seen)]))
 
-    top = _max(seen[0], seen[1])  # the union of dense stores: a prefix per group
+    top = seen[0]  # the union of dense stores: a prefix per group
+    for x in seen[1:]:
+        top = _max(top, x)
     dense = lookup(lk, prefix_keys(z3.If(lk.has_full, top / Cf, 0), top / C))
     prem += dense.side
     ctx.nb_terms = dict(t, dense=dense)
@@ -135,16 +157,16 @@ def replayable(ctx: Ctx) -> list[list]:
     in order."""
     t, s = ctx.nb_terms, ctx.s
     out = [ctx.lk.local_hit_tokens == 0, s.prompt_only, z3.Not(s.has_max)]
-    for s_i, off, N in zip((t["sx"], t["sy"]), t["off"], t["tokens"]):
+    for s_i, off, N in zip(t["s"], t["off"], t["tokens"]):
         out += [N == s_i.P, off == s_i.P]
-    # first two prompts that differ past their shared prefix, both seen by
-    # the later request (a world-(b) scenario proper), then any
-    apart = [t["d"] < t["sx"].P, t["d"] < t["sy"].P] + [D > 0 for D in t["D"]]
-    return [out + apart, out]
+    # first prompts that differ past their shared prefixes, each seen by the
+    # later request (a world-(b) scenario proper), then any
+    apart = [z3.And(d < t["s"][i].P, d < t["s"][j].P) for (i, j), d in t["d"].items()]
+    return [out + apart + [D > 0 for D in t["D"]], out]
 
 
 def decode(m, ctx: Ctx) -> dict:
-    """The model as two earlier requests, the later request and the spec's
+    """The model as the earlier requests, the later request and the spec's
     hits (``decode.decode_static``'s shape, world ``neighbours``)."""
     from kvreach.params import GroupConfig
     from kvreach.spec.config import to_concrete
@@ -155,13 +177,13 @@ def decode(m, ctx: Ctx) -> dict:
     g, r = to_concrete(m, ctx.s)
     g = GroupConfig(**(g.__dict__ | {"window": v(lk.W), "extra_retained_tokens": v(lk.extra)}))
     reqs = []
-    for s_i, off, D, N in zip((t["sx"], t["sy"]), t["off"], t["D"], t["tokens"]):
+    for s_i, off, D, N in zip(t["s"], t["off"], t["D"], t["tokens"]):
         reqs.append({"prompt_tokens": v(s_i.P), "tokens": v(N), "offloadable_tokens": v(off),
                      "final_horizon_chunks": v(off) // v(ctx.s.C), "later_shared_tokens": v(D)})
     out = {
         "world": WORLD, "rule": ctx.rule,
         "config": {"group": g.__dict__, "request": r.__dict__},
-        "requests": reqs, "shared_x_y_tokens": v(t["d"]),
+        "requests": reqs, "shared_between": [[i, j, v(d)] for (i, j), d in t["d"].items()],
         "lookup_groups": {"full_block_tokens": v(lk.full_block_tokens) if b(lk.has_full) else None,
                           "window": v(lk.W), "extra_retained_tokens": v(lk.extra)},
         "later_request": {"num_tokens": v(lk.num_tokens), "local_hit_tokens": v(lk.local_hit_tokens),
@@ -242,12 +264,12 @@ def _geometries():
 
 
 SCOPE = (
-    "world (b), same-rule neighbours: two earlier requests X, Y of one configuration "
-    "(prompts, lengths, offloadable tokens and the prefix d they share symbolic; "
-    "offload_prompt_only and max_offload_tokens symbolic), the rule's keep decision at each "
-    "one's final horizon (one-shot; no request's lookup or hit changes another's stores), "
-    "full-attention chunks dense; a later request of any length, any prefixes shared with X "
-    "and Y, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense lookup's "
+    f"world (b), same-rule neighbours: {NEIGHBOURS_REQUESTS} earlier requests of one "
+    "configuration (prompts, lengths, offloadable tokens and the prefixes each pair shares "
+    "symbolic; offload_prompt_only and max_offload_tokens symbolic), the rule's keep decision "
+    "at each one's final horizon (one-shot; no request's lookup or hit changes another's "
+    "stores), full-attention chunks dense; a later request of any length, any prefixes "
+    "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense lookup's "
     "closed form and one chunk of its accepted run); geometry fixed to each of the grid's 8 "
     "without a retention interval (proofs/geometries.py); HIT / MISS answers, one pass of "
     "_lookup_complete_chunks"
@@ -256,9 +278,10 @@ SCOPE = (
 NEIGHBOURS_OBLIGATIONS = [
     Obligation(
         NAME,
-        "World (b): a later request's hit against the union of the rule's stores for two "
-        "earlier requests of the same configuration (sharing a prefix) equals its hit "
-        "against the union of their dense stores (every chunk each could offload).",
+        f"World (b): a later request's hit against the union of the rule's stores for "
+        f"{NEIGHBOURS_REQUESTS} earlier requests of the same configuration (sharing prefixes) "
+        "equals its hit against the union of their dense stores (every chunk each could "
+        "offload).",
         "static", queries=_queries, model_specific=False, grid=_geometries(), rules=RULES,
         scope=SCOPE, split=False, replayable=replayable,
     ),

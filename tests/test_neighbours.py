@@ -2,9 +2,9 @@
 obligation ``hit-preservation-neighbours`` and its twin replay.
 
 - The vllm-0.33 row's counterexample decodes and is confirmed through the
-  twin (a shorter hit against the union of the two requests' stores).
+  twin (a shorter hit against the union of the earlier requests' stores).
 - Brute force through the twin, outside the obligation's encoding: for
-  random pairs of earlier requests and random later requests, ``lookup-window``'s
+  random triples of earlier requests and random later requests, ``lookup-window``'s
   union of stores gives the dense union's hit (what the row proves), and so
   does ``vllm-0.33``'s in the four geometries where its query is unsat.
 """
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import kvreach.proofs.obligations  # noqa: F401  (registers the world's obligation)
 from kvreach.proofs import neighbours, runner
+from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.geometries import GEOMETRIES
 
 SCALE = int(os.environ.get("KVREACH_EQ_SCALE", "1"))
@@ -48,20 +49,25 @@ def _cex(g, rule, reqs, later):
 
 @st.composite
 def scenarios(draw):
+    """Three earlier requests and the later one (last): each sequence copies
+    a random earlier one up to a random length, then diverges; the prefixes
+    it then shares with every other are what token sequences give."""
     g = draw(st.sampled_from(GEOS))
     A = (g.full_block or g.swa_block) * g.bpc
-    T = draw(st.integers(1, 12 * A))
-    Px, Py = draw(st.integers(1, 12 * A)), draw(st.integers(1, 12 * A))
-    d = draw(st.integers(0, min(Px, Py)))  # the prefix X and Y share
-    Dx = draw(st.sampled_from([min(d, T), draw(st.integers(0, min(T, Px)))]))
-    # three prefixes of three sequences: the least is attained twice
-    Dy = Dx if Dx < d else d if Dx > d else draw(st.integers(d, min(T, Py)))
+    lens = [draw(st.integers(1, 12 * A)) for _ in range(NEIGHBOURS_REQUESTS + 1)]
+    sh = {}
+    for j in range(1, len(lens)):
+        i = draw(st.integers(0, j - 1))
+        m = draw(st.integers(0, min(lens[i], lens[j])))
+        for k in range(j):
+            sh[k, j] = m if k == i else min(m, sh[min(i, k), max(i, k)])
+    T = lens[-1]
+    reqs = [(lens[i], sh[i, len(lens) - 1]) for i in range(NEIGHBOURS_REQUESTS)]
     blocks = [b for b in (g.swa_block, g.full_block) if b]
     step = math.lcm(*blocks)
-    local = draw(st.integers(0, max(Dx, Dy) // step)) * step
+    local = draw(st.integers(0, max(D for _, D in reqs) // step)) * step
     ml = draw(st.one_of(st.none(), st.integers(0, 3 * A)))
-    return g, [(Px, Dx), (Py, Dy)], {"num_tokens": T, "local_hit_tokens": min(local, T),
-                                     "max_load_tokens": ml}
+    return g, reqs, {"num_tokens": T, "local_hit_tokens": min(local, T), "max_load_tokens": ml}
 
 
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -278,17 +278,18 @@ def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
 
 def _print_neighbours(out: Console, cex: dict) -> None:
     """World (b): the two earlier requests, the later one and its hits."""
-    t = Table(title="world (b): two earlier requests, then the later request",
+    t = Table(title="world (b): earlier requests under the rule, then the later request",
               title_justify="left")
     for col in ("request", "prompt tokens", "tokens", "offloadable", "final horizon (chunks)",
                 "shares with the later request"):
         t.add_column(col)
-    for name, q in zip("XY", cex["requests"]):
-        t.add_row(name, str(q["prompt_tokens"]), str(q["tokens"]), str(q["offloadable_tokens"]),
+    for i, q in enumerate(cex["requests"]):
+        t.add_row(f"r{i}", str(q["prompt_tokens"]), str(q["tokens"]), str(q["offloadable_tokens"]),
                   str(q["final_horizon_chunks"]), str(q["later_shared_tokens"]))
     out.print(t)
     lr = cex["later_request"]
-    out.print(f"X and Y share {cex['shared_x_y_tokens']} tokens; later request: "
+    pairs = ", ".join(f"r{i} and r{j} {d}" for i, j, d in cex["shared_between"])
+    out.print(f"shared tokens: {pairs}; later request: "
               f"{lr['num_tokens']} tokens, GPU-local hit {lr['local_hit_tokens']}, "
               f"max_load_tokens {lr['max_load_tokens']}; offload hit {cex['twin_hit_tokens']} with "
               f"the union of the rule's stores, {cex['twin_dense_hit_tokens']} with dense stores; "

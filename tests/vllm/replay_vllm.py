@@ -204,32 +204,41 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
                 "later_requests": longest} for w in ("vllm", "kvreach")}
 
 
-# --- world (b): two earlier requests under the same rule -----------------------------------
+# --- world (b): earlier requests under the same rule --------------------------------------
 
 
-def neighbour_tokens(cex: dict) -> tuple[list[int], list[int], list[int]]:
-    """Token ids of X, Y and the later request with the decoded shared
-    prefixes: X and Y share their first ``d`` tokens, the later request
-    ``D_X`` with X and ``D_Y`` with Y (the least of the three is attained
-    twice, so one sequence of choices gives all three)."""
-    X, Y = cex["requests"]
-    d, lr = cex["shared_x_y_tokens"], cex["later_request"]
-    Dx, Dy = X["later_shared_tokens"], Y["later_shared_tokens"]
-    n = max(X["tokens"], Y["tokens"], lr["num_tokens"])
-    u = prompt_token_ids(n, seed=31)
-    x = u[:X["tokens"]]
-    y = [u[i] if i < d else u[i] + 1 for i in range(Y["tokens"])]
-    later = [x[i] if i < Dx else y[i] if i < Dy else u[i] + 2 for i in range(lr["num_tokens"])]
-    return x, y, later
+def neighbour_tokens(cex: dict) -> list[list[int]]:
+    """Token ids of each earlier request and then the later request, with the
+    decoded shared prefixes (``shared_between``, ``later_shared_tokens``):
+    each sequence copies the earlier one it shares most with and then
+    diverges with tokens of its own. Shared prefixes of token sequences
+    are an ultrametric (of any three, the least is attained twice), so this
+    gives every pair its decoded prefix."""
+    reqs, lr = cex["requests"], cex["later_request"]
+    later = len(reqs)
+    sh = {(i, j): v for i, j, v in cex["shared_between"]}
+    sh |= {(i, later): q["later_shared_tokens"] for i, q in enumerate(reqs)}
+    lens = [q["tokens"] for q in reqs] + [lr["num_tokens"]]
+    u = prompt_token_ids(max(lens), seed=31)
+    seqs = [u[:lens[0]]]
+    for j in range(1, len(lens)):
+        i, m = max(((i, sh[i, j]) for i in range(j)), key=lambda x: x[1])
+        seqs.append([seqs[i][k] if k < m else u[k] + j for k in range(lens[j])])
+    for (i, j), v in sh.items():  # every pair shares exactly its decoded prefix
+        a, b = seqs[i], seqs[j]
+        n = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+        assert n == v, f"requests {i}, {j}: {n} shared tokens, decoded {v}"
+    return seqs
 
 
 def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
-    """hit-preservation-neighbours: X and Y each run as a prompt that
-    finishes after one prefill step (its only store: the keep decision at its
-    final horizon, the world's one-shot stores; ``proofs.neighbours.replayable``
-    asks the solver for that shape), the prefix cache reset between them;
-    then the later request against the union of the keys ``prepare_store``
-    accepted for both, and against every key either could offload (dense).
+    """hit-preservation-neighbours: each earlier request runs as a prompt
+    that finishes after one prefill step (its only store: the keep decision
+    at its final horizon, the world's one-shot stores;
+    ``proofs.neighbours.replayable`` asks the solver for that shape), the
+    prefix cache reset between them; then the later request against the
+    union of the keys ``prepare_store`` accepted for them, and against every
+    key any of them could offload (dense).
     -> vLLM's and the twin's (``proofs.neighbours.twin``) hits, and each
     request's stored SWA chunks: vLLM's and the one-shot decision's."""
     from kvreach.impl.rules import store_step
@@ -248,15 +257,15 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
                          "max_offload_tokens (one store, at the prompt's final horizon)")
     g = GroupConfig(**cex["config"]["group"])
     groups = groups_of(cex)
-    x, y, later = neighbour_tokens(cex)
-    setup = Setup(groups, budget=max(2048, len(x), len(y), len(later)),
+    *earlier, later = neighbour_tokens(cex)
+    setup = Setup(groups, budget=max(2048, *map(len, earlier), len(later)),
                   blocks_per_chunk=g.blocks_per_chunk)
     swa_gi = len(groups) - 1
     which, extra = connector_of(rule)
     run = SchedulerRun(setup, which, model_dir, extra_config=extra)
     rec = LookupRecorder(run)
     rids, dense, stored = [], {}, {"vllm": [], "kvreach": []}
-    for toks, q in zip((x, y), cex["requests"]):
+    for toks, q in zip(earlier, cex["requests"]):
         rid = new_id("neighbour-")
         run.add_request(rid, len(toks), max_tokens=1, token_ids=toks)
         run.run_to_completion()

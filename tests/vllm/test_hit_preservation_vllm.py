@@ -205,15 +205,16 @@ def test_neighbours_counterexamples_are_the_failing_geometries():
 
 @pytest.mark.parametrize("geometry", NEIGHBOURS_FAILING)
 def test_vllm_033_neighbours_lose_the_hit_kvreach_predicts(offline_model_dir, geometry):
-    """Two earlier requests X and Y (one prefill step each) on the real
-    scheduler, then the later request: vLLM's stored SWA chunks per request
+    """The earlier requests (one prefill step each) on the real scheduler,
+    then the later request: vLLM's stored SWA chunks per request
     are the world's one-shot keep decisions, its hits under the union of the
     accepted keys and under dense are the twin's, and shorter than dense."""
     from replay_vllm import replay_neighbours, reproduced
 
     cex = neighbours_counterexample(geometry)
     assert cex["later_request"]["local_hit_tokens"] == 0  # the replayable shape was found
-    assert cex["shared_x_y_tokens"] < min(q["prompt_tokens"] for q in cex["requests"])
+    P = [q["prompt_tokens"] for q in cex["requests"]]
+    assert all(d < min(P[i], P[j]) for i, j, d in cex["shared_between"])  # distinct prompts
     got = replay_neighbours(offline_model_dir, cex, "vllm-0.33")
     assert reproduced("hit-preservation-neighbours", got), got
 
