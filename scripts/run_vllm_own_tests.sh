@@ -13,6 +13,10 @@
 #   PYTHON            interpreter with vllm==0.33.0 and kvreach installed
 #   PYTEST_SELECT     extra pytest args, e.g. '-k "swa or sliding"'
 #   KVREACH_RULE      the kvreach rule substituted (default vllm-0.33)
+#   EXPECTED_REGRESSIONS  a file of test ids (one per line, '#' comments) that
+#                     pass stock and are expected not to pass with this rule
+#                     (tests pinning vLLM 0.33.0's exact stored sets): then the
+#                     run fails unless the regressions are exactly these
 set -euo pipefail
 
 VLLM_VERSION=0.33.0
@@ -65,7 +69,7 @@ run stock
 run kvreach
 echo "elapsed: $(( $(date +%s) - start ))s"
 
-"$PYTHON" - "$WORK" <<'PY'
+"$PYTHON" - "$WORK" "${EXPECTED_REGRESSIONS:-}" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -94,9 +98,17 @@ if not_on_cpu:
     for n in not_on_cpu:
         print(f"  {stock[n]:7} {n}")
 regressions = sorted(n for n, o in stock.items() if o == "passed" and kv.get(n) != "passed")
+expected = set()
+if sys.argv[2]:
+    expected = {ln.split("#")[0].strip() for ln in Path(sys.argv[2]).read_text().splitlines()}
+    expected.discard("")
 for n in regressions:
-    print(f"REGRESSION {kv.get(n, 'missing')}: {n}")
+    print(f"{'expected, pins 0.33' if n in expected else 'REGRESSION'} {kv.get(n, 'missing')}: {n}")
+missing = sorted(expected - set(regressions))
+for n in missing:
+    print(f"ERROR: expected not to pass with this rule, but it did (or is gone): {n}")
 if instances == 0:
     print("ERROR: the kvreach scheduler was never instantiated (substitution failed)")
-sys.exit(1 if regressions or instances == 0 or not stock else 0)
+bad = set(regressions) - expected
+sys.exit(1 if bad or missing or instances == 0 or not stock else 0)
 PY
