@@ -58,9 +58,10 @@ def counterexample(
                            "a lifecycle obligation of world single or " + ", ".join(MAPPABLE_STATIC)
                            + f" ('{obligation}' has no chunk map)")
         _plot_paths("--plot", plot_file)
-    replays = _replay_module().REPLAYS if replay_vllm else {}
-    if replay_vllm and obligation not in replays:
-        raise CliError("--replay-vllm", True, "an obligation with a vLLM replay: " + ", ".join(replays))
+    replays = _replay_module() if replay_vllm else None
+    if replays is not None and obligation not in replays.REPLAYS:
+        raise CliError("--replay-vllm", True,
+                       "an obligation with a vLLM replay: " + ", ".join(replays.REPLAYS))
     t0 = time.perf_counter()
     err = _err()
     r, m = search.row_key(obligation, rule, load_model)
@@ -73,7 +74,7 @@ def counterexample(
             raise _from_param_error(e) from None
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
     if replay_vllm and cex is not None:
-        cex["vllm_replay"], ok = _replay_vllm(obligation, cex, r, m)
+        cex["vllm_replay"], ok = _replay_vllm(replays, obligation, cex, r, m)
         if not ok:
             detail = (detail + "; " if detail else "") + (
                 "vLLM's replay differs from kvreach's" if
@@ -122,9 +123,8 @@ def _replay_module():
         raise CliError("--replay-vllm", True, f"vLLM 0.33.0 installed (the vllm extra): {e}") from None
 
 
-def _replay_vllm(obligation: str, cex: dict, rule: str, model: str) -> tuple[dict, bool]:
-    """-> (``{"vllm": ..., "kvreach": ...}``, reproduced)."""
-    mod = _replay_module()
+def _replay_vllm(mod, obligation: str, cex: dict, rule: str, model: str) -> tuple[dict, bool]:
+    """``mod``: :func:`_replay_module`. -> (``{"vllm": ..., "kvreach": ...}``, reproduced)."""
     try:
         got = mod.replay_on_vllm(obligation, cex, rule, model)
     except ValueError as e:

@@ -177,6 +177,17 @@ def later_lookups(rec: "LookupRecorder", tokens: list[int], max_load_tokens: int
     return [o for o in rec.observations if o.req_id == rid]
 
 
+def lookups_by_length(rec: "LookupRecorder", setup: Setup, tokens: list[int]):
+    """Every later request of the first 1 .. ``len(tokens)`` tokens, the GPU
+    prefix cache reset before each (no GPU-local hit), against the manager's
+    current answers. Yields ``(T, vLLM's observations of that request, the
+    twin's outcome for its last one)``."""
+    for T in range(1, len(tokens) + 1):
+        assert rec.run.scheduler.reset_prefix_cache()
+        obs = later_lookups(rec, tokens[:T])
+        yield T, obs, twin_outcome(setup, obs[-1])
+
+
 def check(setup: Setup, observations: list) -> None:
     groups = lookup_groups(setup)
     assert observations, "vLLM made no lookup"

@@ -39,7 +39,7 @@ import tempfile
 from itertools import accumulate
 
 from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa
-from lookup_harness import LookupRecorder, later_lookups, later_tokens, twin_outcome
+from lookup_harness import LookupRecorder, later_tokens, lookups_by_length
 from vllm.v1.kv_offload.base import LookupResult
 
 from kvreach.impl.lifecycle import Lifecycle, run as kvreach_run
@@ -255,15 +255,13 @@ def later_lookups_of(setup: Setup, rec: LookupRecorder, run: SchedulerRun,
     lengths whose lookup hits at all, and ``[T, violating chunks loaded]``
     where vLLM's ``get_num_new_matched_tokens`` / ``update_state_after_alloc``
     load any (``prepare_load``), against kvreach's twin
-    (``lookup_harness.twin_outcome``) for the same inputs."""
+    (``lookup_harness.lookups_by_length``) for the same inputs."""
     rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(STORED, [])}
-    stored = list(run.requests[STORED].all_token_ids)
+    tokens = later_tokens(list(run.requests[STORED].all_token_ids), longest, None)
     bad = set(violating)
     out = {side: {"hits": 0, "loads_violating": []} for side in ("vllm", "kvreach")}
-    for T in range(1, longest + 1):
-        assert run.scheduler.reset_prefix_cache()
-        obs = later_lookups(rec, later_tokens(stored, T, None))[-1]
-        twin = twin_outcome(setup, obs)
+    for T, observations, twin in lookups_by_length(rec, setup, tokens):
+        obs = observations[-1]
         for side, hit, loaded in (("vllm", obs.hit_tokens, obs.loaded),
                                   ("kvreach", twin.hit_tokens, twin.loaded_keys())):
             out[side]["hits"] += bool(hit)

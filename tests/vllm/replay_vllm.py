@@ -26,7 +26,7 @@ import tempfile
 from unittest import mock
 
 from kvreach_vllm_harness import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa
-from lookup_harness import LookupRecorder, check, later_lookups, later_tokens, new_id
+from lookup_harness import LookupRecorder, check, later_lookups, later_tokens, lookups_by_length, new_id
 from replay_lifecycle import assert_rule_ran, connector_of
 from vllm.v1.kv_offload.base import LookupResult
 
@@ -167,10 +167,8 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
     them) is scheduled. -> the lengths whose lookup loads the decoded chunk:
     vLLM's, and kvreach's twin's for the same answers (both empty: the chunk
     is waste), and whether the rule keeps it."""
-    from kvreach.impl.lookup import lookup
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
-    from lookup_harness import lookup_groups
 
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
@@ -190,14 +188,10 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
         run.run_to_completion()
         rec.answers = _offloadable_answers(rec, setup, rid, off,
                                            lambda gi, ci: gi != swa_gi or ci in kept)
-        twin_groups = lookup_groups(setup)
-        for T in range(1, longest + 1):
-            assert run.scheduler.reset_prefix_cache()
-            obs = later_lookups(rec, tokens[:T])
+        for T, obs, twin in lookups_by_length(rec, setup, tokens):
             check(setup, obs)  # vLLM's hit and loaded keys equal kvreach's twin
             if (swa_gi, c) in obs[-1].loaded:
                 loaded["vllm"].append(T)
-            twin = lookup(twin_groups, obs[-1].later_request(), obs[-1].content)
             if (swa_gi, c) in twin.loaded_keys():
                 loaded["kvreach"].append(T)
     return {w: {"chunk_kept": c in kept, "loaded_by_later_tokens": loaded[w],
