@@ -1,205 +1,61 @@
-"""vLLM 0.33.0 ``OffloadingConnector`` whose SWA store decisions come from kvreach.
+"""``KvReachOffloadingConnectorScheduler``: vLLM 0.33.0's
+``OffloadingConnectorScheduler`` (vLLM's ``offloading/scheduler.py``) whose
+per-group chunk selection for the SWA groups kvreach models comes from
+``kvreach.impl.rules.store_step``: the selection, the runtime monitor around
+it (``kvreach.impl.monitor``), vLLM's null-block filter, and the fallback to
+stock vLLM's selection. ``_build_store_jobs`` itself is vLLM's
+(:class:`kvreach.impl.vllm.vllm_copy.StoreJobs`)."""
 
-Enable it with::
-
-    KVTransferConfig(
-        kv_connector="KvReachOffloadingConnector",
-        kv_connector_module_path="kvreach.impl.vllm_connector",
-        kv_role="kv_both",
-        kv_connector_extra_config={"kvreach.rule": "vllm-0.33",
-                                   "kvreach.check_contracts": "log"},
-    )
-
-What changes against stock vLLM: only the per-group chunk selection of
-``OffloadingConnectorScheduler._build_store_jobs`` for sliding-window groups
-(the mask, the store horizon, the abort reconsideration, which chunks of
-``[next_stored_chunk_idx, num_chunks)`` are submitted). It is taken from
-``kvreach.impl.rules.store_step``. Everything else (``storable_chunks``,
-the null-block filter, ``prepare_store``, job building, fencing, full-attention
-and non-SWA groups, load side) is vLLM's own code path.
-
-Options (``kv_connector_extra_config``; see ``KvReachOptions``):
-
-- ``kvreach.rule``: ``vllm-0.33`` (default) or ``vllm-0.29`` (the pre-fix
-  rule of vLLM PR #54362, selection only; bookkeeping stays vLLM 0.33's).
-- ``kvreach.check_contracts``: ``off``, ``log`` or ``raise``; absent keeps
-  the process-wide mode of ``kvreach.impl.contracts`` (``off`` unless
-  ``KVREACH_CHECK_CONTRACTS=1``). deal's switch is process-wide. In
-  ``log`` mode a ``deal.ContractError`` from kvreach is logged as one warning
-  line (``kvreach contract violation: ...``), counted in
-  ``KvReachOffloadingConnectorScheduler.kvreach_contract_violations`` and in
-  the stats counter ``vllm:kv_offload_kvreach_contract_violations``, and the
-  request's step falls back to stock vLLM's decision. In ``raise`` mode
-  ``KvReachContractViolation`` is raised.
-
-- ``kvreach.monitor``: ``off`` (default), ``log`` or ``raise``. The
-  incremental runtime monitor (``kvreach.impl.monitor``): each SWA group's
-  decision is checked before its keys are used (in range, computed before
-  stored, once per incarnation, horizon final; loadability by the lookup
-  model is counted as a finding). ``log``: a violation is one warning line,
-  counted, and the request's step uses stock vLLM's selection; ``raise``:
-  ``KvReachMonitorViolation``. In every mode, any other exception inside
-  kvreach's decision or the monitor makes that step use stock vLLM's
-  selection, counted in ``vllm:kv_offload_kvreach_fallbacks{reason="error"}``
-  (a scheduler step never fails because of kvreach).
-
-Unmodeled inputs fall back to stock vLLM for the affected request/group and
-are counted in ``kvreach_unmodeled_fallbacks``: a shared-prefix junction
-(``Request.shared_prefix_boundary``) under a retention interval, and an SWA
-group whose offload block is not ``block_size * dcp_world_size``
-(``dcp_sharded=False`` under DCP).
-"""
-
-# Parts of this module (KvReachOffloadingConnector.__init__ and
-# KvReachOffloadingConnectorScheduler._build_store_jobs) are adapted from
-# vLLM 0.33.0, vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py
-# and .../offloading/scheduler.py.
+# _stock_group_candidates is adapted from vLLM 0.33.0,
+# vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py.
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
-from typing import Any
 
 import deal
 
-from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
-    build_offloading_config,
-)
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
-    OffloadPromMetrics,
-    _ConnectorMetricName,
-)
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
-    GroupOffloadConfig,
     OffloadingConnectorScheduler,
     RequestOffloadState,
-    TransferJobStatus,
 )
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
-    OffloadingConnectorWorker,
-)
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
-    TransferJob,
-)
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
-    OffloadingConnector,
-)
-from vllm.logger import init_logger
-from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
-from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
-from vllm.v1.kv_offload.base import GPULoadStoreSpec, OffloadingSpec, OffloadKey
-from vllm.v1.kv_offload.factory import OffloadingSpecFactory
-from vllm.v1.request import RequestStatus
+from vllm.v1.kv_offload.base import OffloadingSpec, OffloadKey
 
 from kvreach.impl import contracts, monitor, rules
-from kvreach.params import RULES, GroupConfig, ParamError, RequestConfig
-
-logger = init_logger(__name__)
-
-OPTION_RULE = "kvreach.rule"
-OPTION_CHECK_CONTRACTS = "kvreach.check_contracts"
-OPTION_MONITOR = "kvreach.monitor"
-OPTION_PREFIX = "kvreach."
-# Counters on the connector stats payload (and Prometheus, via
-# KvReachOffloadingConnector.build_prom_metrics).
-CONTRACT_VIOLATIONS_METRIC = "vllm:kv_offload_kvreach_contract_violations"
-# kvreach.monitor: chunks checked; violations by property; chunks the lookup
-# model cannot load (a finding of the rule, not a violation); fallbacks to
-# stock vLLM's selection by reason (error: kvreach's decision or the monitor
-# raised; monitor: the decision violated a property); decisions slower than
-# SLOW_DECISION_NS (their result is used).
-MONITOR_CHUNKS_METRIC = "vllm:kv_offload_kvreach_monitor_chunks"
-MONITOR_VIOLATIONS_METRIC = "vllm:kv_offload_kvreach_monitor_violations"
-MONITOR_UNLOADABLE_METRIC = "vllm:kv_offload_kvreach_monitor_unloadable_chunks"
-FALLBACKS_METRIC = "vllm:kv_offload_kvreach_fallbacks"
-SLOW_DECISIONS_METRIC = "vllm:kv_offload_kvreach_slow_decisions"
-SLOW_DECISION_NS = 10_000_000  # 10 ms for one request's selection in one step
-
-
-class KvReachMonitorViolation(RuntimeError):
-    """A store decision violated a monitored property with ``kvreach.monitor=raise``."""
-
-    def __init__(self, line: str, prop: str) -> None:
-        super().__init__(line)
-        self.property = prop
-
-
-class _MonitorReject(Exception):
-    """kvreach's decision for one group violated ``prop`` (log mode: fall back)."""
-
-    def __init__(self, prop: str, group_idx: int) -> None:
-        super().__init__(prop)
-        self.prop, self.group_idx = prop, group_idx
-
-
-class KvReachContractViolation(RuntimeError):
-    """A kvreach contract failed with ``kvreach.check_contracts=raise``."""
-
-    def __init__(self, line: str, error: deal.ContractError) -> None:
-        super().__init__(line)
-        self.error = error
-
-
-@dataclass(frozen=True)
-class KvReachOptions:
-    """rule: the kvreach store rule. check_contracts: None (option absent)
-    keeps the process-wide mode of ``kvreach.impl.contracts`` (``off`` unless
-    ``KVREACH_CHECK_CONTRACTS=1``); a value sets it (deal's switch is
-    process-wide, so the last connector built wins)."""
-
-    rule: str = "vllm-0.33"
-    check_contracts: str | None = None
-    monitor: str = "off"
-
-    @classmethod
-    def from_extra_config(cls, extra: dict[str, Any] | None) -> KvReachOptions:
-        """Parse ``kvreach.*`` keys; unknown keys or bad values raise
-        ``ParamError`` (a ``ValueError``) naming option, value and expected."""
-        extra = extra or {}
-        known = (OPTION_RULE, OPTION_CHECK_CONTRACTS, OPTION_MONITOR)
-        for key in extra:
-            if isinstance(key, str) and key.startswith(OPTION_PREFIX) and key not in known:
-                raise ParamError(key, extra[key], "a known option: " + ", ".join(known))
-        rule = extra.get(OPTION_RULE, cls.rule)
-        if rule not in RULES:
-            raise ParamError(OPTION_RULE, rule, "one of " + ", ".join(RULES))
-        mode = extra.get(OPTION_CHECK_CONTRACTS)
-        if mode is not None and mode not in contracts.MODES:
-            raise ParamError(OPTION_CHECK_CONTRACTS, mode, "one of " + ", ".join(contracts.MODES))
-        mon = extra.get(OPTION_MONITOR, cls.monitor)
-        if mon not in monitor.MODES:
-            raise ParamError(OPTION_MONITOR, mon, "one of " + ", ".join(monitor.MODES))
-        return cls(rule=rule, check_contracts=mode, monitor=mon)
-
-
-def _extra_config(vllm_config) -> dict[str, Any]:
-    # getattr: vLLM's own tests build the scheduler from partial configs.
-    ktc = getattr(vllm_config, "kv_transfer_config", None)
-    extra = getattr(ktc, "kv_connector_extra_config", None)
-    return dict(extra) if extra else {}
+from kvreach.impl.vllm import groups
+from kvreach.impl.vllm.metrics import (
+    CONTRACT_VIOLATIONS_METRIC,
+    FALLBACKS_METRIC,
+    MONITOR_CHUNKS_METRIC,
+    MONITOR_UNLOADABLE_METRIC,
+    MONITOR_VIOLATIONS_METRIC,
+    SLOW_DECISION_NS,
+    SLOW_DECISIONS_METRIC,
+    KvReachContractViolation,
+    KvReachMonitorViolation,
+    MonitorReject,
+    logger,
+    one_line,
+)
+from kvreach.impl.vllm.options import KvReachOptions, extra_config
+from kvreach.impl.vllm.vllm_copy import StoreJobs
+from kvreach.params import GroupConfig, RequestConfig
 
 
 @lru_cache(maxsize=4096)
-def _request_config(
+def request_config(
     prompt_tokens: int, max_offload_tokens: int | None, offload_prompt_only: bool
 ) -> RequestConfig:
     return RequestConfig(prompt_tokens, max_offload_tokens, offload_prompt_only)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
-    """``OffloadingConnectorScheduler`` with kvreach's SWA chunk selection.
+class KvReachOffloadingConnectorScheduler(StoreJobs, OffloadingConnectorScheduler):
+    """``OffloadingConnectorScheduler`` with kvreach's SWA chunk selection
+    (``_build_store_jobs`` is vLLM's, :class:`~kvreach.impl.vllm.vllm_copy.StoreJobs`;
+    its per-group selection is :meth:`_select_store_keys`).
 
     Same constructor as vLLM's; options are read from
     ``vllm_config.kv_transfer_config.kv_connector_extra_config``.
@@ -207,7 +63,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
     Counters (cumulative, per instance):
     ``kvreach_contract_violations``: contract errors caught in ``log`` mode.
     ``kvreach_unmodeled_fallbacks``: requests/groups decided by stock vLLM
-    because kvreach does not model them (see the module docstring).
+    because kvreach does not model them (see ``kvreach.impl.vllm.connector``).
     ``kvreach_fallbacks``: request-steps decided by stock vLLM because
     kvreach's decision raised (``error``) or, with ``kvreach.monitor`` on,
     violated a property (``monitor``), by reason.
@@ -229,7 +85,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
     _kvreach_monitor_state: dict | None = None
 
     def __init__(self, spec: OffloadingSpec, vllm_config, kv_cache_config) -> None:
-        self.kvreach_options = KvReachOptions.from_extra_config(_extra_config(vllm_config))
+        self.kvreach_options = KvReachOptions.from_extra_config(extra_config(vllm_config))
         if self.kvreach_options.check_contracts is not None:
             contracts.set_mode(self.kvreach_options.check_contracts)
         super().__init__(spec, vllm_config, kv_cache_config)
@@ -254,7 +110,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         """kvreach GroupConfig per offload group (None: vLLM's path)."""
         if self._kvreach_groups_cache is None:
             self._kvreach_groups_cache = tuple(
-                self._kvreach_group_config(gc) for gc in self.config.kv_group_configs
+                groups.group_config(self.config, gc) for gc in self.config.kv_group_configs
             )
         return self._kvreach_groups_cache
 
@@ -262,67 +118,8 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
     def _kvreach_monitors(self) -> tuple[monitor.GroupMonitor | None, ...]:
         """A GroupMonitor per kvreach-modeled SWA group (None elsewhere)."""
         if self._kvreach_monitors_cache is None:
-            gcs = self.config.kv_group_configs
-            n_swa = sum(gc.sliding_window_size_in_chunks is not None for gc in gcs)
-            others_full = all(
-                isinstance(gc.kv_cache_spec, FullAttentionSpec)
-                for gc in gcs if gc.sliding_window_size_in_chunks is None
-            )
-            A = self.config.alignment_tokens
-            has_full = any(
-                isinstance(gc.kv_cache_spec, FullAttentionSpec) and gc.tokens_per_chunk == A
-                for gc in gcs
-            )
-            out = []
-            for g in self._kvreach_groups:
-                if g is None:
-                    out.append(None)
-                    continue
-                # The world of monitor.loadable_chunk: one SWA group (not
-                # EAGLE, sparse, no retention interval) beside full attention.
-                world = (n_swa == 1 and others_full and has_full and A is not None
-                         and not g.dense and not g.eagle and g.retention_interval is None)
-                lo = monitor.Loadability(monitor.lookup_group(g), A) if world else None
-                out.append(monitor.GroupMonitor(g, lo))
-            self._kvreach_monitors_cache = tuple(out)
+            self._kvreach_monitors_cache = groups.group_monitors(self.config, self._kvreach_groups)
         return self._kvreach_monitors_cache
-
-    # -- configuration -----------------------------------------------------
-    def _kvreach_group_config(self, gc: GroupOffloadConfig) -> GroupConfig | None:
-        """kvreach parameters of an SWA group; None keeps vLLM's path."""
-        spec = gc.kv_cache_spec
-        if (
-            not isinstance(spec, SlidingWindowSpec)
-            or not issubclass(gc.manager_cls, SlidingWindowManager)
-            or gc.requires_cow_source
-        ):
-            return None
-        dcp = self.config.dcp_world_size
-        if gc.tokens_per_block != spec.block_size * dcp:
-            # reachable_block_mask scales the block by DCP but the offload
-            # group does not (dcp_sharded=False): no single GroupConfig.
-            logger.info(
-                "kvreach: group %d (offload block %d != %d * DCP %d) keeps "
-                "vLLM's store selection", gc.group_idx, gc.tokens_per_block,
-                spec.block_size, dcp,
-            )
-            return None
-        alignment = self.config.alignment_tokens
-        # With no alignment the mask is dense whatever the retention interval
-        # (reachable_block_mask returns None first), as it is in kvreach with
-        # retention_interval=None.
-        retention = self.config.retention_interval if alignment is not None else None
-        return GroupConfig(
-            block_size=spec.block_size,
-            # vLLM 0.33 widens only the store mask by the MTP re-prefill tokens
-            # (_reachable_store_block_mask).
-            window=spec.sliding_window, extra_retained_tokens=spec.extra_retained_tokens,
-            alignment_tokens=alignment,
-            blocks_per_chunk=self.config.blocks_per_chunk,
-            dcp_world_size=dcp,
-            eagle=gc.is_eagle_group,
-            retention_interval=retention,
-        )
 
     # -- stats ---------------------------------------------------------------
     def _record_violation(self) -> None:
@@ -356,6 +153,65 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         num_offloadable_tokens: int,
         prompt_offloadable_tokens: int,
         reachable_boundaries: tuple[int, ...],
+        new_offload_keys: list[OffloadKey],
+        group_store_ranges: list[tuple[int, int]],
+    ) -> None:
+        """The seam of vLLM's ``_build_store_jobs`` (``vllm_copy.StoreJobs``):
+        append the offload keys to submit to ``new_offload_keys`` and each
+        group's ``(start_chunk_idx, num_chunks)`` to ``group_store_ranges``,
+        as vLLM's per-group loop does. kvreach decides the SWA groups it
+        models (:meth:`_group_selection`) unless the request is unmodeled; a
+        contract error, a monitor violation or any other exception in
+        kvreach's decision is logged, counted and answered by stock vLLM's
+        selection, or raised, by the options' modes."""
+        req_id = req_status.req.request_id
+        selection_args = (
+            req_status, num_offloadable_tokens, prompt_offloadable_tokens,
+            reachable_boundaries,
+        )
+        use_kvreach = self._kvreach_applies(req_status.req)
+        timed = use_kvreach and self.kvreach_options.monitor != "off"
+        t0 = time.perf_counter_ns() if timed else 0
+        try:
+            keys, ranges = self._group_selection(*selection_args, use_kvreach=use_kvreach)
+        except deal.ContractError as e:
+            line = self._violation_line(req_id, e)
+            if contracts.mode() == "raise":
+                raise KvReachContractViolation(line, e) from e
+            logger.warning("%s", line)
+            self._record_violation()
+            keys, ranges = self._group_selection(*selection_args, use_kvreach=False)
+        except MonitorReject as e:
+            line = (f"kvreach monitor violation: property={e.prop} "
+                    f"rule={self.kvreach_options.rule} req={req_id} group={e.group_idx}")
+            self._record_monitor_violation(e.prop)
+            if self.kvreach_options.monitor == "raise":
+                raise KvReachMonitorViolation(line, e.prop) from None
+            logger.warning("%s; this step uses stock vLLM's stores", line)
+            self._record_fallback("monitor")
+            keys, ranges = self._group_selection(*selection_args, use_kvreach=False)
+        except Exception as e:  # noqa: BLE001 - never fail a scheduler step
+            if not use_kvreach:
+                raise  # stock vLLM's own path: its behaviour
+            logger.warning(
+                "kvreach internal error: %s: %s req=%s; this step uses stock "
+                "vLLM's stores", type(e).__name__, one_line(e), req_id,
+                exc_info=logger.isEnabledFor(10),  # the traceback at DEBUG
+            )
+            self._record_fallback("error")
+            keys, ranges = self._group_selection(*selection_args, use_kvreach=False)
+        if timed and time.perf_counter_ns() - t0 > SLOW_DECISION_NS:
+            self.kvreach_slow_decisions += 1
+            self._connector_stats.increase_counter(SLOW_DECISIONS_METRIC)
+        new_offload_keys.extend(keys)
+        group_store_ranges.extend(ranges)
+
+    def _group_selection(
+        self,
+        req_status: RequestOffloadState,
+        num_offloadable_tokens: int,
+        prompt_offloadable_tokens: int,
+        reachable_boundaries: tuple[int, ...],
         use_kvreach: bool,
     ) -> tuple[list[OffloadKey], list[tuple[int, int]]]:
         """Per-group chunk selection of ``_build_store_jobs``: the offload keys
@@ -363,7 +219,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
 
         With ``kvreach.monitor`` on, each modeled SWA group's decision is
         checked (``kvreach.impl.monitor``) before its keys are used; a
-        violation by kvreach's decision raises ``_MonitorReject`` (the caller
+        violation by kvreach's decision raises ``MonitorReject`` (the caller
         falls back or, in ``raise`` mode, raises); a violation by stock's is
         counted. The monitor's per-request state is updated only once the
         whole request's decision is final."""
@@ -385,7 +241,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
             )
             if use_kvreach and g is not None:
                 if req_cfg is None:
-                    req_cfg = _request_config(
+                    req_cfg = request_config(
                         req.num_prompt_tokens,
                         req_status.max_offload_tokens,
                         self.config.offload_prompt_only,
@@ -435,7 +291,7 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
                 if st is not None:
                     if prop is not None:
                         if use_kvreach:
-                            raise _MonitorReject(prop, group_config.group_idx)
+                            raise MonitorReject(prop, group_config.group_idx)
                         self._record_monitor_violation(prop)
                     staged.append((st, candidates, max(cursor, num_chunks), horizon, unloadable))
             block_ids = group_state.block_ids
@@ -478,7 +334,12 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
         prompt_offloadable_tokens, reachable_boundaries,
     ) -> tuple[int, list[bool] | None, list[int], int | None]:
         """vLLM 0.33.0's per-group selection (before its null-block filter),
-        and the final-segment end it hands to the mask."""
+        and the final-segment end it hands to the mask: the loop body of
+        vLLM's ``_build_store_jobs`` restated (adapted from vLLM 0.33.0, not a
+        copy: it returns the candidate chunks before the null-block filter,
+        which :meth:`_group_selection` applies to both rules, so the monitor
+        checks stock's decisions too). tests/vllm compares the stores with
+        stock vLLM's connector."""
         blocks_per_chunk = self.config.blocks_per_chunk
         start_chunk_idx = group_state.next_stored_chunk_idx
         prompt_horizon_chunks = prompt_offloadable_tokens // group_config.tokens_per_chunk
@@ -563,286 +424,5 @@ class KvReachOffloadingConnectorScheduler(OffloadingConnectorScheduler):
             f"kvreach contract violation: function={origin} kind={type(e).__name__} "
             f"rule={self.kvreach_options.rule} req={req_id} "
             f"group={getattr(e, 'kvreach_group', '?')} "
-            f"contract={_one_line(e.source or e.message)!r} params={{{', '.join(shown)}}}"
+            f"contract={one_line(e.source or e.message)!r} params={{{', '.join(shown)}}}"
         )
-
-    # -- vLLM 0.33.0 _build_store_jobs, per-group selection replaced ---------
-    def _build_store_jobs(
-        self,
-        scheduler_output: SchedulerOutput,
-    ) -> dict[int, TransferJob]:
-        blocks_per_chunk = self.config.blocks_per_chunk
-        store_jobs: dict[int, TransferJob] = {}
-        for req_id in chain(
-            scheduler_output.num_scheduled_tokens,
-            scheduler_output.finished_req_ids or (),
-        ):
-            req_status = self._req_status.get(req_id)
-            if req_status is None:
-                continue
-            req = req_status.req
-
-            if req.status is RequestStatus.FINISHED_ABORTED:
-                num_tokens_after_batch = req.num_computed_tokens
-            elif req.is_finished():
-                num_tokens_after_batch = max(req.num_prompt_tokens, req.num_tokens - 1)
-            else:
-                num_scheduled_tokens = scheduler_output.num_scheduled_tokens[req_id]
-                num_tokens_after_batch = req.num_computed_tokens + num_scheduled_tokens
-
-            num_offloadable_tokens = self._calc_num_offloadable_tokens(
-                req_status, num_tokens_after_batch
-            )
-            prompt_offloadable_tokens = self._calc_num_offloadable_tokens(
-                req_status, req.num_prompt_tokens
-            )
-
-            reachable_boundaries: tuple[int, ...] = ()
-            if self.config.retention_interval is not None:
-                reachable_boundaries = (req.num_prompt_tokens - 1,)
-                if req.shared_prefix_boundary:
-                    reachable_boundaries += (req.shared_prefix_boundary,)
-
-            # kvreach: the per-group selection (SWA groups from impl).
-            selection_args = (
-                req_status, num_offloadable_tokens, prompt_offloadable_tokens,
-                reachable_boundaries,
-            )
-            use_kvreach = self._kvreach_applies(req)
-            timed = use_kvreach and self.kvreach_options.monitor != "off"
-            t0 = time.perf_counter_ns() if timed else 0
-            try:
-                new_offload_keys, group_store_ranges = self._select_store_keys(
-                    *selection_args, use_kvreach=use_kvreach
-                )
-            except deal.ContractError as e:
-                line = self._violation_line(req_id, e)
-                if contracts.mode() == "raise":
-                    raise KvReachContractViolation(line, e) from e
-                logger.warning("%s", line)
-                self._record_violation()
-                new_offload_keys, group_store_ranges = self._select_store_keys(
-                    *selection_args, use_kvreach=False
-                )
-            except _MonitorReject as e:
-                line = (f"kvreach monitor violation: property={e.prop} "
-                        f"rule={self.kvreach_options.rule} req={req_id} group={e.group_idx}")
-                self._record_monitor_violation(e.prop)
-                if self.kvreach_options.monitor == "raise":
-                    raise KvReachMonitorViolation(line, e.prop) from None
-                logger.warning("%s; this step uses stock vLLM's stores", line)
-                self._record_fallback("monitor")
-                new_offload_keys, group_store_ranges = self._select_store_keys(
-                    *selection_args, use_kvreach=False
-                )
-            except Exception as e:  # noqa: BLE001 - never fail a scheduler step
-                if not use_kvreach:
-                    raise  # stock vLLM's own path: its behaviour
-                logger.warning(
-                    "kvreach internal error: %s: %s req=%s; this step uses stock "
-                    "vLLM's stores", type(e).__name__, _one_line(e), req_id,
-                    exc_info=logger.isEnabledFor(10),  # the traceback at DEBUG
-                )
-                self._record_fallback("error")
-                new_offload_keys, group_store_ranges = self._select_store_keys(
-                    *selection_args, use_kvreach=False
-                )
-            if timed and time.perf_counter_ns() - t0 > SLOW_DECISION_NS:
-                self.kvreach_slow_decisions += 1
-                self._connector_stats.increase_counter(SLOW_DECISIONS_METRIC)
-
-            if not new_offload_keys:
-                req_status.advance_stored_idx(num_offloadable_tokens)
-                continue
-
-            store_output = self.manager.prepare_store(
-                new_offload_keys, req_status.req_context
-            )
-            if store_output is None:
-                self._connector_stats.increase_counter(
-                    _ConnectorMetricName.ALLOCATION_FAILURE
-                )
-                logger.warning("Request %s: cannot store chunks", req_id)
-                continue
-
-            if not store_output.keys_to_store:
-                req_status.advance_stored_idx(num_offloadable_tokens)
-                continue
-
-            keys_to_store = set(store_output.keys_to_store)
-
-            group_sizes: list[int] = []
-            block_indices: list[int] = []
-            src_block_ids: list[int] = []
-            fenced_block_ids: list[int] = []
-            deferred_fence_block_ids: list[int] = []
-            for group_config, group_state, store_range in zip(
-                self.config.kv_group_configs,
-                req_status.group_states,
-                group_store_ranges,
-            ):
-                is_sliding_window = (
-                    group_config.sliding_window_size_in_chunks is not None
-                )
-                start_chunk_idx, num_chunks = store_range
-                block_ids = group_state.block_ids
-                num_group_blocks = 0
-                start_gpu_block_idx: int | None = None
-                for idx, offload_key in enumerate(
-                    group_state.offload_keys[start_chunk_idx:num_chunks]
-                ):
-                    if offload_key not in keys_to_store:
-                        continue
-
-                    chunk_idx = start_chunk_idx + idx
-
-                    self._events_tracker.record_store(
-                        req, group_config, chunk_idx, offload_key
-                    )
-
-                    gpu_block_idx = chunk_idx * blocks_per_chunk
-                    for i in range(blocks_per_chunk):
-                        block_id = block_ids[gpu_block_idx + i]
-                        if block_id == 0:
-                            continue
-                        if start_gpu_block_idx is None:
-                            start_gpu_block_idx = gpu_block_idx + i
-                        src_block_ids.append(block_id)
-                        num_group_blocks += 1
-                        if is_sliding_window:
-                            fenced_block_ids.append(block_id)
-                        else:
-                            deferred_fence_block_ids.append(block_id)
-
-                group_sizes.append(num_group_blocks)
-                block_indices.append(start_gpu_block_idx or 0)
-                group_state.next_stored_chunk_idx = max(
-                    group_state.next_stored_chunk_idx, num_chunks
-                )
-
-            src_spec = GPULoadStoreSpec(
-                src_block_ids, group_sizes=group_sizes, block_indices=block_indices
-            )
-            dst_spec = store_output.store_spec
-
-            job_id = self._generate_job_id()
-            # a store can only be issued when no load is pending.
-            if req_status.transfer_jobs:
-                any_jid = next(iter(req_status.transfer_jobs))
-                any_job = self._jobs[any_jid]
-                assert any_job.is_store or any_job.is_sync_load
-            req_status.transfer_jobs.add(job_id)
-
-            # Watch sliding window blocks as they may get evicted
-            # before the request finishes
-            for bid in fenced_block_ids:
-                self._block_id_to_pending_jobs.setdefault(bid, set()).add(job_id)
-
-            # the non-sliding window blocks will be watched only
-            # when the request finishes
-            self._jobs[job_id] = TransferJobStatus(
-                req_id=req_id,
-                pending_count=self.config.num_workers,
-                keys=set(keys_to_store),
-                is_store=True,
-                deferred_fence_block_ids=deferred_fence_block_ids,
-                fenced_block_ids=fenced_block_ids or None,
-            )
-
-            store_jobs[job_id] = TransferJob(
-                req_id=req_id, src_spec=src_spec, dst_spec=dst_spec
-            )
-
-            logger.debug(
-                "Request %s offloading %s chunks upto %d tokens (job %d)",
-                req_id,
-                len(keys_to_store),
-                num_offloadable_tokens,
-                job_id,
-            )
-
-            if req.is_finished():
-                # Register non-sliding-window blocks for flush detection.
-                for bid in deferred_fence_block_ids:
-                    self._block_id_to_pending_jobs.setdefault(bid, set()).add(job_id)
-                    if bid in self._current_batch_allocated_block_ids:
-                        self._current_batch_jobs_to_flush.add(job_id)
-
-        return store_jobs
-
-
-class KvReachOffloadPromMetrics(OffloadPromMetrics):
-    """vLLM's offload Prometheus metrics plus the kvreach violation counter."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        from vllm.v1.kv_offload.base import OffloadingCounterMetadata
-
-        meta = OffloadingCounterMetadata(
-            documentation="kvreach contract violations caught in log mode "
-            "(the step fell back to stock vLLM's SWA store decision)."
-        )
-        self._offloading_metric_metadata[CONTRACT_VIOLATIONS_METRIC] = meta
-        self._offloading_metric_defs[CONTRACT_VIOLATIONS_METRIC] = self._create_metric(
-            CONTRACT_VIOLATIONS_METRIC, meta
-        )
-        for name, doc, labels in (
-            (MONITOR_CHUNKS_METRIC, "SWA chunks whose store decision kvreach.monitor checked.", ()),
-            (MONITOR_VIOLATIONS_METRIC, "Store decisions that violated a monitored property.",
-             ("property",)),
-            (MONITOR_UNLOADABLE_METRIC, "Decided SWA chunks that no later request of the "
-             "single-request world can load (a finding of the rule).", ()),
-            (FALLBACKS_METRIC, "Request steps that used stock vLLM's SWA store selection "
-             "because kvreach's decision raised or violated a property.", ("reason",)),
-            (SLOW_DECISIONS_METRIC, "kvreach store selections slower than 10 ms.", ()),
-        ):
-            m = OffloadingCounterMetadata(documentation=doc, labelnames=labels)
-            self._offloading_metric_metadata[name] = m
-            self._offloading_metric_defs[name] = self._create_metric(name, m)
-
-
-class KvReachOffloadingConnector(OffloadingConnector):
-    """``OffloadingConnector`` with ``KvReachOffloadingConnectorScheduler`` on
-    the scheduler side; the worker side is vLLM's."""
-
-    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config) -> None:
-        # Validate kvreach.* options at start-up, in every role.
-        self.kvreach_options = KvReachOptions.from_extra_config(_extra_config(vllm_config))
-        # Adapted from vLLM 0.33.0 OffloadingConnector.__init__ (the scheduler
-        # class is the only difference; constructing vLLM's first would build
-        # a second offloading manager).
-        KVConnectorBase_V1.__init__(self, vllm_config, role, kv_cache_config)
-        offloading_config = build_offloading_config(vllm_config, kv_cache_config)
-        self._canonical_layout = offloading_config.canonical_layout
-        spec = OffloadingSpecFactory.create_spec(offloading_config)
-        self.connector_scheduler = None
-        self.connector_worker = None
-        if role == KVConnectorRole.SCHEDULER:
-            self.connector_scheduler = KvReachOffloadingConnectorScheduler(
-                spec, vllm_config, kv_cache_config
-            )
-        elif role == KVConnectorRole.WORKER:
-            self.connector_worker = OffloadingConnectorWorker(
-                spec, vllm_config, kv_cache_config
-            )
-
-    @classmethod
-    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
-        return KvReachOffloadPromMetrics(
-            vllm_config, metric_types, labelnames, per_engine_labelvalues
-        )
-
-
-__all__ = [
-    "KvReachContractViolation",
-    "KvReachMonitorViolation",
-    "KvReachOffloadingConnector",
-    "KvReachOffloadingConnectorScheduler",
-    "KvReachOptions",
-    "CONTRACT_VIOLATIONS_METRIC",
-    "FALLBACKS_METRIC",
-    "MONITOR_CHUNKS_METRIC",
-    "MONITOR_UNLOADABLE_METRIC",
-    "MONITOR_VIOLATIONS_METRIC",
-    "SLOW_DECISIONS_METRIC",
-]
