@@ -1,7 +1,7 @@
 """Per-step ``_build_store_jobs`` time: kvreach scheduler vs stock vLLM 0.33.0.
 
 64 concurrent requests of 32k prompt tokens (full attention + SWA), driven
-through vLLM's real scheduler with the test harness of tests/vllm (fake model
+through vLLM's real scheduler with the harness of ``kvreach.vllm_harness`` (fake model
 outputs; the offload manager accepts every store). Four connectors run in
 lockstep in one process, one scheduler step each in turn: stock, kvreach with
 contracts and monitor off, kvreach with ``kvreach.monitor=log`` (contracts
@@ -22,21 +22,18 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))
 
-from kvreach_vllm_harness import (  # noqa: E402
+from kvreach.vllm_harness.runner import (  # noqa: E402
     KVREACH,
     STOCK,
     SchedulerRun,
     Setup,
     full,
-    hybrid_kv_cache_shim,
     swa,
-    write_offline_model,
 )
+from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model  # noqa: E402
 from vllm.v1.kv_offload.base import PrepareStoreOutput  # noqa: E402
 
 from kvreach.impl import contracts  # noqa: E402

@@ -35,9 +35,8 @@ def counterexample(
         "--replay-vllm", help="replay the counterexample on vLLM 0.33.0's real scheduler "
         "(hit-preservation*, no-waste*, world single's soundness, completeness, "
         "computed-before-stored, mask-equivalence, and exactly-once-restarts; needs the "
-        "vllm extra and a "
-        "checkout: it runs tests/vllm/replay_vllm.py) and fail unless vLLM's numbers equal "
-        "kvreach's and show the violation")] = False,
+        "vllm extra: it runs kvreach.vllm_harness.replay) and fail unless vLLM's numbers "
+        "equal kvreach's and show the violation")] = False,
 ) -> None:
     """Find and show a concrete counterexample scenario for one obligation row."""
     from kvreach.proofs import counterexample as search
@@ -109,16 +108,12 @@ def counterexample(
 
 
 def _replay_module():
-    """tests/vllm/replay_vllm.py from the checkout (its CPU shims are
-    test-only code and stay there)."""
+    """:mod:`kvreach.vllm_harness.replay` (needs the vllm extra; it applies
+    its CPU shims around each replay, :mod:`kvreach.vllm_harness.cpu_shims`)."""
     import importlib
 
-    from kvreach.cli._common import _repo_root
-
-    vdir = _repo_root(None) / "tests" / "vllm"
-    sys.path[:0] = [str(vdir)]
     try:
-        return importlib.import_module("replay_vllm")
+        return importlib.import_module("kvreach.vllm_harness.replay")
     except ImportError as e:
         raise CliError("--replay-vllm", True, f"vLLM 0.33.0 installed (the vllm extra): {e}") from None
 

@@ -1,9 +1,10 @@
 """Fixtures for the vLLM integration tests (``@pytest.mark.vllm``).
 
-Test-only shims, never used by library code:
+The two CPU shims of ``kvreach.vllm_harness.cpu_shims``, applied here for the
+whole session (the connector never applies them):
 
 - **Offline model config.** ``VllmConfig`` resolves the model's config; with no
-  hub access the session writes a small OPT ``config.json`` into a tmp dir and
+  hub access the session writes a small Llama ``config.json`` into a tmp dir and
   points ``ModelConfig(model=...)`` at it, with ``HF_HUB_OFFLINE=1``. No weights:
   only the scheduler runs.
 - **Hybrid KV cache manager on CPU.** ``VllmConfig`` refuses the hybrid KV
@@ -38,7 +39,7 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def offline_model_dir(tmp_path_factory) -> str:
     pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
-    from kvreach_vllm_harness import write_offline_model
+    from kvreach.vllm_harness.cpu_shims import write_offline_model
 
     return write_offline_model(tmp_path_factory.mktemp("offline-model"))
 
@@ -50,7 +51,7 @@ def hybrid_kv_cache_on_cpu():
     except ImportError:
         yield
         return
-    from kvreach_vllm_harness import hybrid_kv_cache_shim
+    from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim
 
     with hybrid_kv_cache_shim():
         yield

@@ -1,10 +1,10 @@
 """``kvreach counterexample OBLIGATION --replay-vllm``: every expected
-counterexample row of an obligation with a vLLM replay (``replay_vllm.REPLAYS``,
+counterexample row of an obligation with a vLLM replay (``kvreach.vllm_harness.replay.REPLAYS``,
 proofs/expected.toml) is reproduced on vLLM 0.33.0's real scheduler through
 the command a maintainer types: vLLM's numbers equal kvreach's and show the
 violation, exit status 0; a row vLLM 0.33.0 cannot run is refused with the
-reason, exit status 2. The CLI imports ``tests/vllm/replay_vllm.py`` from
-the checkout, as it does for a user."""
+reason, exit status 2. The CLI imports ``kvreach.vllm_harness.replay``, as
+it does for a user (test_wheel_replay_vllm.py: from an installed wheel)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from replay_vllm import REPLAYS, reproduced  # noqa: E402
+from kvreach.vllm_harness.replay import REPLAYS, reproduced  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from kvreach.cli import app  # noqa: E402
@@ -22,7 +22,7 @@ from kvreach.proofs.runner import expected_rows  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-# rows whose decoded scenario vLLM 0.33.0 cannot run (tests/vllm/replay_lifecycle.py says why):
+# rows whose decoded scenario vLLM 0.33.0 cannot run (kvreach/vllm_harness/replay_lifecycle.py says why):
 # vllm-0.29's finish stores up to num_tokens, bookkeeping kvreach's connector does not replace
 UNREPLAYABLE = {("computed-before-stored", "vllm-0.29", "any")}
 ALL_ROWS = [(r["obligation"], r["rule"], r["load_model"]) for r in expected_rows()

@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, full, swa  # noqa: E402
-from replay_vllm import replay  # noqa: E402
+from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, full, swa  # noqa: E402
+from kvreach.vllm_harness.replay import replay  # noqa: E402
 
 from kvreach.proofs import runner  # noqa: E402
 from kvreach.proofs.geometries import GEOMETRIES  # noqa: E402
@@ -89,7 +89,7 @@ def test_connector_lookup_window_equals_impl(offline_model_dir, setup, prompt, l
     ``kvreach.impl.lifecycle.run``'s under the same rule (the union of steps
     with async scheduling); what vLLM submits is that decision minus its
     null-block filter; no contract violation."""
-    from kvreach_vllm_harness import drive
+    from kvreach.vllm_harness.runner import drive
 
     from kvreach.impl.lifecycle import Lifecycle, run
     from kvreach.params import RequestConfig
@@ -115,7 +115,7 @@ def test_connector_lookup_window_equals_impl(offline_model_dir, setup, prompt, l
 # docs/findings.md F7: vLLM's get_sliding_window_size_in_chunks (offloading/config.py, called by
 # build_offloading_config when the connector is built) patched to the variant, the chunks the
 # load reads, max(1, ceil((W - 1 + extra) / C)). The twin the harness compares each lookup with
-# (lookup_harness.lookup_groups) runs the same variant. Scenarios: earlier request (geometry,
+# (kvreach.vllm_harness.lookups.lookup_groups) runs the same variant. Scenarios: earlier request (geometry,
 # prompt, budget, abort after step), later request (tokens, shared with the earlier prompt).
 # The first four are chunk-aligned hits (obligation hit-preservation-read-window-aligned,
 # proved): vLLM 0.33.0's rule then gets the dense hit. The last is a repeated prompt of a whole
@@ -134,7 +134,7 @@ READ_WINDOW_SCENARIOS = [
 
 
 def _scenario_cex(fb, B, W, bpc, prompt, budget, abort, later, shared) -> dict:
-    """A decoded-counterexample-shaped dict for ``replay_vllm.replay``."""
+    """A decoded-counterexample-shaped dict for ``kvreach.vllm_harness.replay.replay``."""
     from kvreach.impl.lifecycle import Lifecycle, run
     from kvreach.params import GroupConfig, RequestConfig
 
@@ -153,7 +153,7 @@ def _scenario_cex(fb, B, W, bpc, prompt, budget, abort, later, shared) -> dict:
                          ids=[f"W{s[2]}-bpc{s[3]}-P{s[4]}-later{s[7]}" for s in READ_WINDOW_SCENARIOS])
 def test_read_window_lookup_on_vllm(offline_model_dir, scenario):
     """Stock vLLM 0.33.0, then the same scenario with the patched lookup
-    (``replay_vllm.lookup_variant``): vLLM's hit tokens (rule's stores, dense)
+    (``kvreach.vllm_harness.replay.lookup_variant``): vLLM's hit tokens (rule's stores, dense)
     are kvreach's in both (the harness checks every lookup against the twin
     with the same variant)."""
     *args, stock, variant = scenario
@@ -169,7 +169,7 @@ def test_read_window_row_counterexample_on_vllm(offline_model_dir):
     """``hit-preservation-read-window``'s own counterexample for vLLM 0.33.0's
     rule (the row ``kvreach prove`` decodes, ``--replay-vllm``'s scenario):
     with the patched lookup vLLM's hits equal kvreach's and stay short of dense."""
-    from replay_vllm import replay_hit_preservation, reproduced
+    from kvreach.vllm_harness.replay import replay_hit_preservation, reproduced
 
     _, cex = runner.find_counterexample("hit-preservation-read-window", "vllm-0.33", "any")
     assert cex["lookup_groups"]["lookup_variant"] == "read-window"
@@ -209,7 +209,7 @@ def test_vllm_033_neighbours_lose_the_hit_kvreach_predicts(offline_model_dir, ge
     then the later request: vLLM's stored SWA chunks per request
     are the world's one-shot keep decisions, its hits under the union of the
     accepted keys and under dense are the twin's, and shorter than dense."""
-    from replay_vllm import replay_neighbours, reproduced
+    from kvreach.vllm_harness.replay import replay_neighbours, reproduced
 
     cex = neighbours_counterexample(geometry)
     assert cex["later_request"]["local_hit_tokens"] == 0  # the replayable shape was found
@@ -224,7 +224,7 @@ def test_lookup_window_rule_keeps_the_neighbours_hit(offline_model_dir, geometry
     """The same requests with ``KvReachOffloadingConnector`` under
     ``kvreach.rule=lookup-window``: the later request gets the dense hit (so
     the check above can tell the rules apart)."""
-    from replay_vllm import replay_neighbours, reproduced
+    from kvreach.vllm_harness.replay import replay_neighbours, reproduced
 
     got = replay_neighbours(offline_model_dir, neighbours_counterexample(geometry), "lookup-window")
     assert got["vllm"] == got["kvreach"]

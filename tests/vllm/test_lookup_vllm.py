@@ -25,8 +25,8 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[v
 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from kvreach_vllm_harness import Setup, full, prompt_token_ids, swa  # noqa: E402
-from lookup_harness import (  # noqa: E402
+from kvreach.vllm_harness.runner import Setup, full, prompt_token_ids, swa  # noqa: E402
+from kvreach.vllm_harness.lookups import (  # noqa: E402
     LookupRecorder, check, later_lookups, later_tokens, lookup_groups, new_id, new_run,
 )
 from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
@@ -204,7 +204,7 @@ _class_runs: dict[str, object] = {}
 def class_level_hit(name: str, num_tokens: int, local: int, content, max_load: int | None):
     from unittest.mock import MagicMock
 
-    from kvreach_vllm_harness import STOCK, ClassLevelRun
+    from kvreach.vllm_harness.runner import STOCK, ClassLevelRun
     from vllm.v1.core.kv_cache_utils import BlockHash
 
     from kvreach.impl.lookup import Answer
@@ -289,7 +289,7 @@ def test_kvreach_lookup_scenario_replays_on_vllm(offline_model_dir, name, setup,
     stock 0.33 connector (budget 1000), the manager answers HIT for exactly the
     keys its prepare_store accepted (then: for every offloadable key, dense), and
     the later request's hit is vLLM's."""
-    from kvreach_vllm_harness import SchedulerRun, STOCK
+    from kvreach.vllm_harness.runner import SchedulerRun, STOCK
 
     from kvreach.impl.lifecycle import Lifecycle, run
     from kvreach.impl.worlds import later_lookup, offloadable_tokens

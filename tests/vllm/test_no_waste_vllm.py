@@ -10,7 +10,7 @@ the keys of exactly the chunks the rule kept (SWA) and every offloadable
 full-attention chunk (scripted: only its answers), and
 ``get_num_new_matched_tokens`` / ``update_state_after_alloc`` decide the hit
 and the keys loaded. vLLM must load the decoded chunk for none of them, and
-each lookup must equal kvreach's twin (``lookup_harness.check``).
+each lookup must equal kvreach's twin (``kvreach.vllm_harness.lookups.check``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from replay_vllm import replay_no_waste, reproduced  # noqa: E402
+from kvreach.vllm_harness.replay import replay_no_waste, reproduced  # noqa: E402
 
 from kvreach.params import GroupConfig  # noqa: E402
 from kvreach.proofs import runner  # noqa: E402
@@ -47,7 +47,7 @@ def test_no_lookup_on_vllm_loads_the_kept_chunk(offline_model_dir, rule):
 @pytest.mark.parametrize("rule", ("vllm-0.33", "lookup-window"))
 def test_no_waste_read_window_on_vllm(offline_model_dir, rule):
     """``no-waste-read-window``'s counterexamples, with vLLM's lookup patched
-    to the variant (``replay_vllm.lookup_variant``)."""
+    to the variant (``kvreach.vllm_harness.replay.lookup_variant``)."""
     row = runner.run_row("no-waste-read-window", rule, "any", {})
     assert row.verdict == "counterexample" and row.counterexample, row
     cex = row.counterexample

@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from replay_lifecycle import WITNESS, replay_lifecycle  # noqa: E402
+from kvreach.vllm_harness.replay_lifecycle import WITNESS, replay_lifecycle  # noqa: E402
 
 from kvreach.proofs import runner  # noqa: E402
 from kvreach.proofs.obligations import OBLIGATIONS  # noqa: E402
@@ -132,7 +132,7 @@ def test_restart_witness_needs_the_preemption(offline_model_dir):
     abort) offers no chunk twice on vLLM: the re-offers of
     ``exactly-once-restarts`` come from the restart (``reset_prefix_cache``
     preempting the request, the resuming lookup resetting the cursor)."""
-    from replay_lifecycle import replay_restarts
+    from kvreach.vllm_harness.replay_lifecycle import replay_restarts
 
     cex = counterexample("exactly-once-restarts", "vllm-0.33", "any")
     assert [st["kind"] for st in cex["plan"]] == ["prefill", "preempt", "lookup", "prefill", "abort"]

@@ -37,7 +37,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach_vllm_harness import (  # noqa: E402
+from kvreach.vllm_harness.runner import (  # noqa: E402
     SchedulerRun, Setup, STOCK, _KeysSpec, full, prompt_token_ids, swa,
 )
 from vllm.v1.kv_offload.base import (  # noqa: E402

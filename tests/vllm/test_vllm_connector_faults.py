@@ -27,7 +27,7 @@ pytest.importorskip("hypothesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, drive  # noqa: E402
+from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, drive  # noqa: E402
 from test_vllm_connector_random import lifecycles  # noqa: E402
 
 from kvreach.impl import rules  # noqa: E402
@@ -154,7 +154,7 @@ def test_faults_over_1000_random_lifecycles(offline_model_dir, monkeypatch):
 
 def test_every_fault_kind_is_injected_and_counted(offline_model_dir, monkeypatch):
     """One lifecycle with each kind of fault on its own steps."""
-    from kvreach_vllm_harness import Setup, full, swa
+    from kvreach.vllm_harness.runner import Setup, full, swa
 
     case = (Setup((full(36), swa(4, 16)), budget=300), 1200, 2, None)
     plan = ["raise", "past_frontier", "negative_or_dup", "slow", "none", "none", "none"]

@@ -1,5 +1,5 @@
 """kvreach connector vs stock vLLM 0.33.0 vs ``kvreach.impl.lifecycle``,
-through vLLM's real scheduler (see ``kvreach_vllm_harness``)."""
+through vLLM's real scheduler (see ``kvreach.vllm_harness.runner``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach_vllm_harness import (  # noqa: E402
+from kvreach.vllm_harness.runner import (  # noqa: E402
     KVREACH,
     STOCK,
     ClassLevelRun,

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa  # noqa: E402
+from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
 
 from kvreach.impl import contracts, rules  # noqa: E402

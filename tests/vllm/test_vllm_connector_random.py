@@ -14,7 +14,7 @@ hypothesis = pytest.importorskip("hypothesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from kvreach_vllm_harness import Setup, full, swa  # noqa: E402
+from kvreach.vllm_harness.runner import Setup, full, swa  # noqa: E402
 from test_vllm_connector_lifecycles import check_all  # noqa: E402
 
 pytestmark = pytest.mark.vllm

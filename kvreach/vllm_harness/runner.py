@@ -16,6 +16,11 @@ it is given (as vLLM's own tests do with ``generate_store_output``) and whose
 store decision of ``_build_store_jobs``; it is recorded per step as
 ``(req_id, group_idx, chunk_idx)``. No worker and no KV memory exist.
 
+A ``VllmConfig`` here needs the two CPU shims of :mod:`kvreach.vllm_harness.cpu_shims`
+applied by the caller (tests/vllm/conftest.py for the tests,
+:func:`kvreach.vllm_harness.replay.replay_on_vllm` for the CLI); this module
+applies neither.
+
 Written for kvreach (not copied from vLLM's tests/v1/kv_connector/unit/
 offloading_connector/utils.py, whose RequestRunner it is modeled on).
 """
@@ -23,10 +28,8 @@ offloading_connector/utils.py, whose RequestRunner it is modeled on).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 from unittest.mock import MagicMock, patch
 
@@ -80,36 +83,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from kvreach.params import GroupConfig, alignment_tokens
 
 HARNESS_MODULE = __name__
-SAMPLED_TOKEN = 7  # not EOS (2) of the config written below; ignore_eos anyway
-
-
-# ---------------------------------------------------------------------------
-# Test-only shims
-# ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def hybrid_kv_cache_shim():
-    """Make ``current_platform.support_hybrid_kv_cache()`` return True (tests
-    only: the hybrid KV cache manager is refused on a platform without GPU)."""
-    cls = type(current_platform)
-    with patch.object(cls, "support_hybrid_kv_cache", classmethod(lambda c: True)):
-        yield
-
-
-def write_offline_model(directory: Path | str) -> str:
-    """A small Llama ``config.json`` (no weights) for ``ModelConfig``: 2 query
-    heads, 1 KV head (MQA), so DCP 2 with TP 2 passes vLLM's config checks."""
-    from transformers import LlamaConfig
-
-    path = Path(directory)
-    LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1,
-        max_position_embeddings=1 << 20, vocab_size=32000,
-    ).save_pretrained(path)
-    json.loads((path / "config.json").read_text())
-    return str(path)
+SAMPLED_TOKEN = 7  # not EOS (2) of cpu_shims.write_offline_model's config; ignore_eos anyway
 
 
 # ---------------------------------------------------------------------------

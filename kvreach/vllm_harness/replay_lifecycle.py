@@ -1,10 +1,10 @@
 """Replay a decoded lifecycle / static counterexample of world "single" on vLLM
-0.33.0's real scheduler (issue 10; the lookup-based rows are replay_vllm.py's).
+0.33.0's real scheduler (the lookup-based rows are ``replay.py``'s).
 
 The counterexample's configuration becomes a harness :class:`Setup` (a
 full-attention group whose tokens per chunk are the decoded
 ``alignment_tokens``, then the SWA group), its lifecycle a request that the
-real ``Scheduler`` drives (``kvreach_vllm_harness.drive``): chunked prefill
+real ``Scheduler`` drives (``runner.drive``): chunked prefill
 steps as vLLM's scheduler cuts them, decode steps, a normal finish or an
 abort. The connector is vLLM's stock ``OffloadingConnector`` for rule
 ``vllm-0.33`` and ``KvReachOffloadingConnector`` with ``kvreach.rule`` for
@@ -38,14 +38,14 @@ import os
 import tempfile
 from itertools import accumulate
 
-from kvreach_vllm_harness import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa
-from lookup_harness import LookupRecorder, later_tokens, lookups_by_length
 from vllm.v1.kv_offload.base import LookupResult
 
 from kvreach.impl.lifecycle import Lifecycle, run as kvreach_run
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, RequestConfig
+from kvreach.vllm_harness.lookups import LookupRecorder, later_tokens, lookups_by_length
+from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa
 
 STORED = "stored"  # the counterexample's request
 # the key of each obligation's witness in both halves of replay_lifecycle's result
@@ -171,7 +171,7 @@ def check_runnable(obligation: str, rule: str, req: RequestConfig, lc: Lifecycle
 def run_request(model_dir: str, setup: Setup, rule: str, req: RequestConfig,
                 lc: Lifecycle) -> tuple[SchedulerRun, LookupRecorder]:
     """``Scheduler.schedule`` / ``update_from_output`` per step
-    (``kvreach_vllm_harness.drive``); every ``_build_store_jobs`` call's
+    (``runner.drive``); every ``_build_store_jobs`` call's
     ``prepare_store`` keys are recorded (``LookupRecorder`` keeps them per
     request for a later lookup)."""
     which, extra = connector_of(rule)
@@ -255,7 +255,7 @@ def later_lookups_of(setup: Setup, rec: LookupRecorder, run: SchedulerRun,
     lengths whose lookup hits at all, and ``[T, violating chunks loaded]``
     where vLLM's ``get_num_new_matched_tokens`` / ``update_state_after_alloc``
     load any (``prepare_load``), against kvreach's twin
-    (``lookup_harness.lookups_by_length``) for the same inputs."""
+    (``lookups.lookups_by_length``) for the same inputs."""
     rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(STORED, [])}
     tokens = later_tokens(list(run.requests[STORED].all_token_ids), longest, None)
     bad = set(violating)
@@ -476,8 +476,8 @@ def replay_restarts(model_dir: str, obligation: str, cex: dict, rule: str) -> di
 def replay_lifecycle_on_vllm(obligation: str, cex: dict, rule: str,
                              load_model: str | None = None) -> dict:
     """Standalone: offline model config and the hybrid KV cache shim (as
-    ``replay_vllm.replay_on_vllm``), then :func:`replay_lifecycle`."""
-    from kvreach_vllm_harness import hybrid_kv_cache_shim, write_offline_model
+    ``replay.replay_on_vllm``), then :func:`replay_lifecycle`."""
+    from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

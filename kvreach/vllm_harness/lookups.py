@@ -21,10 +21,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from kvreach_vllm_harness import STOCK, SchedulerRun, Setup, prompt_token_ids
 from vllm.v1.kv_offload.base import LookupResult
 
 from kvreach.impl.lookup import num_keys
+from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, prompt_token_ids
 
 from kvreach.impl.lookup import Answer, LaterRequest, LookupGroup, LookupOutcome, StoreContent, lookup
 
@@ -116,7 +116,7 @@ class LookupRecorder:
         )
 
     def _prepare_load(self, keys, req_context):
-        from kvreach_vllm_harness import _KeysSpec
+        from kvreach.vllm_harness.runner import _KeysSpec
 
         pos = self.key_positions(req_context.req_id)
         obs = [o for o in self.observations if o.req_id == req_context.req_id][-1]

@@ -1,7 +1,7 @@
 """Replay a decoded counterexample of an obligation against vLLM's lookup on
 vLLM 0.33.0's real scheduler (used by tests/vllm and by ``kvreach
-counterexample OBLIGATION --replay-vllm``, which loads this file from the
-checkout: the CPU shims it needs are test-only and stay here).
+counterexample OBLIGATION --replay-vllm``; :func:`replay_on_vllm` applies the
+CPU shims of :mod:`kvreach.vllm_harness.cpu_shims` around the replay).
 
 Real: ``Scheduler``, ``KVCacheManager`` and ``OffloadingConnectorScheduler``
 (the stock connector, or ``KvReachOffloadingConnector`` with a
@@ -9,7 +9,7 @@ Real: ``Scheduler``, ``KVCacheManager`` and ``OffloadingConnectorScheduler``
 answers HIT for exactly the keys of the chunks the world holds (what
 ``prepare_store`` accepted, or every key the earlier requests could offload:
 dense). A later request's ``get_num_new_matched_tokens`` result is vLLM's hit,
-and every lookup is checked against kvreach's twin (``lookup_harness.check``).
+and every lookup is checked against kvreach's twin (``lookups.check``).
 
 One replayer per obligation (:data:`REPLAYS`), each returning what vLLM did
 and what kvreach predicts under the same keys, ``{"vllm": {...}, "kvreach":
@@ -25,10 +25,11 @@ import os
 import tempfile
 from unittest import mock
 
-from kvreach_vllm_harness import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa
-from lookup_harness import LookupRecorder, check, later_lookups, later_tokens, lookups_by_length, new_id
-from replay_lifecycle import assert_rule_ran, connector_of
 from vllm.v1.kv_offload.base import LookupResult
+
+from kvreach.vllm_harness.lookups import LookupRecorder, check, later_lookups, later_tokens, lookups_by_length, new_id
+from kvreach.vllm_harness.replay_lifecycle import assert_rule_ran, connector_of
+from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa
 
 
 def groups_of(cex: dict) -> tuple:
@@ -62,7 +63,7 @@ def lookup_variant(cex: dict):
     (``offloading/config.py``, called by ``build_offloading_config`` when the
     connector is built) to the chunks the load reads, ``max(1, ceil((W - 1 +
     extra) / C))``, and the twin every lookup is checked against
-    (``lookup_harness.lookup_groups``) to the same variant. ``vllm-0.33``:
+    (``lookups.lookup_groups``) to the same variant. ``vllm-0.33``:
     nothing patched."""
     variant = cex["lookup_groups"].get("lookup_variant", "vllm-0.33")
     if variant == "vllm-0.33":
@@ -71,7 +72,7 @@ def lookup_variant(cex: dict):
     if variant != "read-window":
         raise ValueError(f"lookup_groups.lookup_variant = {variant!r}: expected 'vllm-0.33' or "
                          "'read-window'")
-    import lookup_harness
+    from kvreach.vllm_harness import lookups as lookup_harness
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import config as offload_config
     from vllm.utils.math_utils import cdiv
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
@@ -292,7 +293,7 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
 def _lifecycle(obligation: str):
     """World "single"'s lifecycle and mask rows (``replay_lifecycle.py``)."""
     def replay_row(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
-        from replay_lifecycle import replay_lifecycle
+        from kvreach.vllm_harness.replay_lifecycle import replay_lifecycle
 
         return replay_lifecycle(model_dir, obligation, cex, rule, load_model)
     return replay_row
@@ -313,7 +314,7 @@ def reproduced(obligation: str, result: dict) -> bool:
     """vLLM did what kvreach predicts, and the witness is there: a hit
     shorter than dense, a kept chunk no later request loads, or (the load
     models' rows) the chunks the obligation's witness names."""
-    from replay_lifecycle import WITNESS
+    from kvreach.vllm_harness.replay_lifecycle import WITNESS
 
     v = result["vllm"]
     if result["vllm"] != result["kvreach"]:
@@ -328,7 +329,7 @@ def reproduced(obligation: str, result: dict) -> bool:
 def replay_on_vllm(obligation: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
     """Standalone (the CLI): offline model config and the hybrid KV cache
     shim, then the obligation's replayer. -> ``{"vllm": ..., "kvreach": ...}``."""
-    from kvreach_vllm_harness import hybrid_kv_cache_shim, write_offline_model
+    from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
 
     if obligation not in REPLAYS:
         raise ValueError(f"obligation {obligation!r}: expected one of {', '.join(REPLAYS)}")
