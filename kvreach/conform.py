@@ -819,17 +819,28 @@ def conform(tree: Tree, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
     return Verdict(tree.label, cases, seed, dict(ex.where), diffs, tuple(records))
 
 
+_LETTER = {lk.Answer.HIT: "H", lk.Answer.HIT_PENDING: "P", lk.Answer.RETRY: "R", lk.Answer.MISS: "M"}
+
+
 def _show(x) -> str:
+    if isinstance(x, dict) and x and all(isinstance(v, lk.Answer) for v in x.values()):
+        groups = sorted({g for g, _ in x})
+        return "{" + ", ".join(
+            f"group {g}: " + "".join(_LETTER[x[g, c]] for c in sorted(c for h, c in x if h == g))
+            for g in groups) + "} (H hit, P pending, R retry, M miss by chunk)"
     if isinstance(x, dict):
         return ", ".join(f"{k}={_show(v)}" for k, v in x.items())
     if isinstance(x, (list, tuple)) and x and isinstance(x[0], lk.Answer):
-        return "[" + " ".join(a.name for a in x) + "]"
+        return "".join(_LETTER[a] for a in x) + " (H hit, P pending, R retry, M miss)"
+    if isinstance(x, list):
+        return "[" + ", ".join("{" + _show(v) + "}" if isinstance(v, dict) else _show(v)
+                               for v in x) + "]"
     if isinstance(x, GroupConfig):
         return (f"GroupConfig(block_size={x.block_size}, window={x.window}, "
                 f"alignment_tokens={x.alignment_tokens}, blocks_per_chunk={x.blocks_per_chunk}, "
                 f"dcp={x.dcp_world_size}, eagle={x.eagle}, retention_interval={x.retention_interval}, "
                 f"extra_retained_tokens={x.extra_retained_tokens})")
-    if isinstance(x, dict) is False and isinstance(x, frozenset):
+    if isinstance(x, frozenset):
         return "{" + ", ".join(map(str, sorted(x))) + "}"
     return repr(x)
 
