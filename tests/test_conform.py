@@ -110,7 +110,8 @@ def test_bad_input_is_one_line(tmp_path):
         (["--vllm-wheel", __file__], "error: --vllm-wheel="),
         (["--vllm-wheel", str(tmp_path / "x.whl")], "expected a vLLM wheel file"),
         (["--vllm-wheel", "a.whl", "--vllm-src", str(tmp_path)], "one tree at a time"),
-        (["--cases", "0"], "error: --cases=0: expected an integer >= 1"),
+        (["--cases", "0"], "error: --cases=0: expected an integer from 1 to 1,000,000"),
+        (["--seed", "-1"], "error: --seed=-1: expected an integer from 0 to"),
     ):
         r = runner.invoke(app, ["conform", *args])
         assert r.exit_code == 2, (args, r.output)

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import CliError, _error_line
+from kvreach.params import MAX_INT
 
 
 def conform(
@@ -18,7 +19,7 @@ def conform(
     vllm_src: Annotated[Optional[Path], typer.Option(
         "--vllm-src", help="a vLLM source directory, e.g. a branch (default: the installed vLLM)")] = None,
     cases: Annotated[Optional[int], typer.Option(
-        "--cases", help="random cases per checked function (default 1000)")] = None,
+        "--cases", help="random cases per checked function (default 1000, at most 1,000,000)")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the inputs' random seed")] = 0,
 ) -> None:
     """Run the vLLM tree's store and lookup functions against every release
@@ -29,8 +30,10 @@ def conform(
     if vllm_wheel is not None and vllm_src is not None:
         raise CliError("--vllm-src", vllm_src, "no --vllm-wheel with it (one tree at a time)")
     n = cf.DEFAULT_CASES if cases is None else cases
-    if n < 1:
-        raise CliError("--cases", n, "an integer >= 1")
+    if not 1 <= n <= cf.MAX_CASES:
+        raise CliError("--cases", n, f"an integer from 1 to {cf.MAX_CASES:,}")
+    if not 0 <= seed <= MAX_INT:
+        raise CliError("--seed", seed, f"an integer from 0 to {MAX_INT}")
     try:
         tree = (cf.Tree.wheel(vllm_wheel) if vllm_wheel is not None
                 else cf.Tree.source(vllm_src) if vllm_src is not None else cf.Tree.installed())
