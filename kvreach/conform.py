@@ -31,7 +31,6 @@ import enum
 import importlib.util
 import itertools
 import random
-import textwrap
 import types
 import zipfile
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from kvreach.impl import lookup as lk
+from kvreach.impl import release_rules as rel
 from kvreach.impl import rules
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv
 from kvreach.releases import RELEASES, Release
@@ -143,7 +143,6 @@ def _find_def(tree: ast.AST, path: list[str]) -> ast.FunctionDef | None:
 def _strip(node: ast.FunctionDef) -> ast.FunctionDef:
     """The def without decorators (a classmethod's ``cls`` is passed
     explicitly) and without annotations (they name vLLM types)."""
-    node = dataclasses.replace(node) if False else node
     node.decorator_list = []
     node.returns = None
     a = node.args
@@ -509,8 +508,7 @@ def _tree_storable(x, ex: Extracted):
 
 def _twin_storable(x, r: Release):
     g = GroupConfig(x["C"], 1, None, 1, 1, x["eagle"])
-    rule = "vllm-0.33" if r.eagle_tail_lifted_at_finish else "vllm-0.29"
-    n = rules.storable_chunks(rule, g, RequestConfig(x["P"]), x["off"], x["finished"])
+    n = rel.storable_chunks(r, g, RequestConfig(x["P"]), x["off"], x["finished"])
     n = min(n, x["blocks"] // x["bpc"])
     return min(n, x["keys"]) if r.storable_keyed_cap else n
 
@@ -551,7 +549,7 @@ def _twin_store(x, r: Release):
     g: GroupConfig = x["g"]
     if r.store_rule == "vllm-0.29":
         return ("chunk", rules.v029_chunk_reachable(x["chunk"], x["count"], g))
-    gm = g if r.mask_window_extra else dataclasses.replace(g, extra_retained_tokens=0)
+    gm = rel.mask_group(r, g)
     bpc = g.blocks_per_chunk
     m = rules.reachable_block_mask(x["lo"] * bpc, x["hi"] * bpc, gm, x["P"],
                                    None if x["final"] is None else x["final"] * bpc)
@@ -630,35 +628,21 @@ def _tree_store_jobs(x, ex: Extracted):
 
 def _twin_store_jobs(x, r: Release):
     g: GroupConfig = x["g"]
-    gm = g if r.mask_window_extra else dataclasses.replace(g, extra_retained_tokens=0)
-    rule = r.store_rule
     req = RequestConfig(x["P"], offload_prompt_only=x["prompt_only"])
     finished = x["kind"] != "running"
     if x["kind"] == "aborted":
         after = x["computed"]
     elif x["kind"] == "finished":
-        after = rules.finish_tokens("vllm-0.33" if r.finish_clamp else "vllm-0.29", req, x["nt"])
+        after = rel.finish_tokens(r, req, x["nt"])
     else:
         after = x["computed"] + x["sched"]
     off = req.offloadable(after, x["nt"])
-    lifted = "vllm-0.33" if r.eagle_tail_lifted_at_finish else "vllm-0.29"
-    n = rules.storable_chunks(lifted, gm, req, off, finished)
+    n = rel.storable_chunks(r, g, req, off, finished)
+    # RequestOffloadState.storable_chunks' caps: allocated blocks, keyed chunks
     n = min(n, x["nblocks"] // g.blocks_per_chunk, x["nt"] // g.chunk_tokens)
     cursor = x["cursor"]
-    w = rules.store_step(rule, gm, req, cursor, n, finished)
-    bpc = g.blocks_per_chunk
-    offered = []
-    for c in w.chunks:
-        blocks = range(c * bpc, (c + 1) * bpc)
-        if blocks[-1] in x["null"]:
-            continue  # the chunk's last block: the key's block
-        if r.null_block_filter == "every reachable block":
-            k0 = (c - w.start_chunk) * bpc
-            if any(b in x["null"] and (w.block_mask is None or w.block_mask[k0 + i])
-                   for i, b in enumerate(blocks)):
-                continue
-        offered.append(c)
-    return (tuple(offered), max(cursor, n))
+    w = rel.store_step(r, g, req, cursor, n, finished)
+    return (rel.offered_chunks(r, w, x["null"], g.blocks_per_chunk), max(cursor, n))
 
 
 # --- the cursor on a lookup --------------------------------------------------------
@@ -683,7 +667,7 @@ def _tree_cursor(x, ex: Extracted):
 
 
 def _twin_cursor(x, r: Release):
-    return 0 if r.cursor_on_lookup == "reset to 0" else x["cursor"]
+    return rel.cursor_after_lookup(r, x["cursor"])
 
 
 @dataclass(frozen=True)

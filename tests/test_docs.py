@@ -359,6 +359,7 @@ def test_layering_within_spec_and_impl_is_one_way():
         "kvreach.impl.contracts": 0, "kvreach.impl.load": 1, "kvreach.impl.lookup": 1,
         "kvreach.impl.rules": 2, "kvreach.impl.monitor": 2,
         "kvreach.impl.lifecycle": 3, "kvreach.impl.vllm_connector": 3, "kvreach.impl.worlds": 4,
+        "kvreach.impl.release_rules": 3,
     }
     g = import_graph()
     assert set(rank) == {m for m in g if _in(m, "kvreach.spec", "kvreach.impl")

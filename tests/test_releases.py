@@ -5,7 +5,6 @@ they never checked."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
