@@ -49,6 +49,13 @@ from kvreach.params import ParamError, cdiv
 # ``ceil(W / C)``). Everything else of the lookup is the same in both.
 LOOKUP_VARIANTS = ("vllm-0.33", "read-window")
 
+# The parts of the lookup that differ between vLLM releases
+# (``kvreach.releases.Release``), each a parameter whose default is vLLM
+# 0.33.0's: per group the window's extra and the padded initial window
+# (:class:`LookupGroup`), for the whole lookup :class:`LookupParts`.
+PENDING = ("in the run", "any scanned")
+EAGLE_WIDENING = ("every group", "SWA groups")
+
 
 class Answer(enum.Enum):
     """``vllm.v1.kv_offload.base.LookupResult``: the manager's answer for a key."""
@@ -76,6 +83,12 @@ class LookupGroup:
     lookup_variant: which ``get_sliding_window_size_in_chunks`` the lookup
         runs (:data:`LOOKUP_VARIANTS`): ``"vllm-0.33"`` (vLLM's) or
         ``"read-window"`` (docs/findings.md F7: the chunks the load reads).
+    window_extra: the window and the padded initial window count
+        ``extra_retained_tokens`` (vLLM 0.31.0 on); False: vLLM 0.29.0 /
+        0.30.0's ``cdiv(W, C)`` and ``cdiv(W - 1 + padding, C)``.
+    padded_initial_window: the first run needs
+        ``load_window_size_in_chunks`` (vLLM 0.30.0 on); False: vLLM
+        0.29.0, whose every run needs the window.
     """
 
     block_tokens: int
@@ -84,6 +97,8 @@ class LookupGroup:
     extra_retained_tokens: int = 0
     eagle: bool = False
     lookup_variant: str = "vllm-0.33"
+    window_extra: bool = True
+    padded_initial_window: bool = True
 
     def __post_init__(self) -> None:
         _need_int("block_tokens", self.block_tokens, 1)
@@ -117,6 +132,8 @@ class LookupGroup:
         if self.window_tokens is None:
             return None
         C = self.chunk_tokens
+        if not self.window_extra:  # vLLM 0.29.0 / 0.30.0
+            return cdiv(self.window_tokens, C)
         reads = cdiv(self.window_tokens - 1 + self.extra_retained_tokens, C)
         if self.lookup_variant == "read-window":
             return max(1, reads)
@@ -129,10 +146,13 @@ class LookupGroup:
         if self.window_tokens is None:
             return None
         assert self.window_chunks is not None
+        if not self.padded_initial_window:  # vLLM 0.29.0: no padded first run
+            return self.window_chunks
         C = self.chunk_tokens
         right_padding = -candidate_end_tokens % C
+        extra = self.extra_retained_tokens if self.window_extra else 0
         return max(self.window_chunks,
-                   cdiv(self.window_tokens - 1 + self.extra_retained_tokens + right_padding, C))
+                   cdiv(self.window_tokens - 1 + extra + right_padding, C))
 
     def skipped_tokens(self, num_computed_tokens: int) -> int:
         """``SlidingWindowManager.get_num_skipped_tokens`` (0 for full attention)."""
@@ -167,6 +187,39 @@ class LaterRequest:
             _need_int("max_load_tokens", self.max_load_tokens, 0)
         if self.max_num_new_tokens is not None:
             _need_int("max_num_new_tokens", self.max_num_new_tokens, 0)
+
+
+@dataclass(frozen=True)
+class LookupParts:
+    """The parts of ``_lookup_complete_chunks`` that differ between vLLM
+    releases (``kvreach.releases.Release``); the defaults are vLLM 0.33.0's.
+
+    pending: ``_sliding_window_lookup``'s HIT_PENDING (:data:`PENDING`):
+        ``"in the run"`` defers only for a pending key of the run it returns,
+        ``"any scanned"`` (vLLM 0.29.0) for one anywhere it read.
+    eagle_widening: an unverified EAGLE group queries one chunk more
+        (:data:`EAGLE_WIDENING`): ``"every group"`` (0.30.0 on) or ``"SWA
+        groups"`` (0.29.0: a full-attention EAGLE group is not widened).
+    max_num_new_tokens: the cap argument is applied (0.30.0 on); False: the
+        lookup has no such argument (0.29.0).
+    max_load_tokens: ``kv_transfer_params["max_load_tokens"]`` is honoured,
+        each group's bound rounded down to its chunk (0.31.0 on).
+    """
+
+    pending: str = "in the run"
+    eagle_widening: str = "every group"
+    max_num_new_tokens: bool = True
+    max_load_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if self.pending not in PENDING:
+            raise ParamError("pending", self.pending, "one of " + ", ".join(PENDING))
+        if self.eagle_widening not in EAGLE_WIDENING:
+            raise ParamError("eagle_widening", self.eagle_widening,
+                             "one of " + ", ".join(EAGLE_WIDENING))
+
+
+VLLM_0_33 = LookupParts()
 
 
 @dataclass(frozen=True)
@@ -206,7 +259,7 @@ def _breaks(a: Answer) -> bool:
 
 def sliding_window_end(
     answers: Sequence[Answer], window_chunks: int, initial_window_chunks: int,
-    reset_window_on_break: bool = True,
+    reset_window_on_break: bool = True, pending: str = "in the run",
 ) -> int | None:
     """Closed form of :func:`sliding_window_lookup`. With ``n = len(answers)``
     and ``req(n) = initial_window_chunks``, ``req(e) = window_chunks`` for
@@ -216,7 +269,9 @@ def sliding_window_end(
     HIT_PENDING in ``[max(0, e - req(e)), e)``.
 
     ``reset_window_on_break=False`` is the mutant that keeps the wider initial
-    window after a break (the obligation ``lookup-scan-closed-form`` rejects it)."""
+    window after a break (the obligation ``lookup-scan-closed-form`` rejects it).
+    ``pending="any scanned"`` (vLLM 0.29.0): a HIT_PENDING anywhere in
+    ``[max(0, e - req(e)), n)``, every key the loop read, defers."""
     n = len(answers)
 
     def req(e: int) -> int:
@@ -228,8 +283,9 @@ def sliding_window_end(
         lo = max(0, e - req(e))
         if any(_breaks(a) for a in answers[lo:e]):
             continue
+        pending_hi = n if pending == "any scanned" else e
         deferred = (any(a is Answer.RETRY for a in answers[e:])
-                    or any(a is Answer.HIT_PENDING for a in answers[lo:e]))
+                    or any(a is Answer.HIT_PENDING for a in answers[lo:pending_hi]))
         return None if deferred else e
     raise AssertionError("unreachable: the lowest break (or n) always qualifies")
 
@@ -248,11 +304,14 @@ def sliding_window_lookup(
 
 
 def scan(answers: Sequence[Answer], window_chunks: int, initial_window_chunks: int,
-         reset_window_on_break: bool = True) -> int | None:
+         reset_window_on_break: bool = True, pending: str = "in the run") -> int | None:
     """The loop of :func:`sliding_window_lookup`. ``reset_window_on_break=False``
     is the mutant that keeps the initial window after a break (CrossHair must
-    find it: tests/conformance/test_crosshair.py)."""
-    defer = pending = False
+    find it: tests/conformance/test_crosshair.py). ``pending="any scanned"``
+    is vLLM 0.29.0's loop: a HIT_PENDING defers the lookup for good
+    (``defer_lookup = True``), a later MISS does not clear it."""
+    sticky = pending == "any scanned"
+    defer = in_run = False
     consecutive = 0
     required = initial_window_chunks or window_chunks
     for idx in range(len(answers) - 1, -1, -1):
@@ -260,16 +319,17 @@ def scan(answers: Sequence[Answer], window_chunks: int, initial_window_chunks: i
         if a is Answer.HIT:
             consecutive += 1
         elif a is Answer.HIT_PENDING:
-            pending = True
+            defer |= sticky
+            in_run = True
             consecutive += 1
         else:  # RETRY or MISS
             defer |= a is Answer.RETRY
-            consecutive, pending = 0, False
+            consecutive, in_run = 0, False
             if reset_window_on_break:
                 required = window_chunks
         if consecutive == required:
-            return None if defer or pending else idx + required
-    return None if defer or pending else consecutive
+            return None if defer or in_run else idx + required
+    return None if defer or in_run else consecutive
 
 
 @deal.ensure(lambda answers, result: result is None or all(
@@ -309,16 +369,20 @@ def num_keys(g: LookupGroup, req: LaterRequest) -> int:
 
 
 def lookup_hit_tokens(
-    groups: Sequence[LookupGroup], req: LaterRequest, content: StoreContent
+    groups: Sequence[LookupGroup], req: LaterRequest, content: StoreContent,
+    parts: LookupParts = VLLM_0_33,
 ) -> int | None:
     """``_lookup_complete_chunks``: tokens beyond ``local_hit_tokens`` the
-    offload tier can load (0: no hit; None: the manager deferred)."""
+    offload tier can load (0: no hit; None: the manager deferred).
+    ``parts``: the release's lookup (:class:`LookupParts`)."""
     local = req.local_hit_tokens
     max_hit = req.num_tokens
-    if req.max_num_new_tokens is not None:
-        max_hit = min(max_hit, local + req.max_num_new_tokens)
-    if req.max_load_tokens is not None:
-        max_hit = min(max_hit, local + req.max_load_tokens)
+    max_num_new = req.max_num_new_tokens if parts.max_num_new_tokens else None
+    max_load = req.max_load_tokens if parts.max_load_tokens else None
+    if max_num_new is not None:
+        max_hit = min(max_hit, local + max_num_new)
+    if max_load is not None:
+        max_hit = min(max_hit, local + max_load)
     full, swa = lookup_order(groups)
     if swa:
         max_hit -= 1  # the last prompt token is recomputed for its logprobs
@@ -335,11 +399,12 @@ def lookup_hit_tokens(
             n_keys = num_keys(g, req)
             unverified = g.eagle and gi not in eagle_verified
             max_hit = min(max_hit, n_keys * C)
-            if req.max_load_tokens is not None:
+            if max_load is not None:
                 max_hit = max_hit // C * C
             if max_hit - local < C:
                 return 0
-            query_max = min(max_hit + C, n_keys * C) if unverified else max_hit
+            widened = unverified and (g.is_swa or parts.eagle_widening == "every group")
+            query_max = min(max_hit + C, n_keys * C) if widened else max_hit
             num_chunks = min(cdiv(query_max, C), n_keys)
             start = local // C
             answers = [content.answer(gi, c) for c in range(start, num_chunks)]
@@ -351,8 +416,12 @@ def lookup_hit_tokens(
                 candidate_end = min(max_hit, (num_chunks - int(unverified)) * C)
                 initial = g.load_window_chunks(candidate_end)
                 assert initial is not None
-                hit_chunks = sliding_window_lookup(
-                    answers, g.window_chunks + int(unverified), initial + int(unverified))
+                if parts.pending == "in the run":
+                    hit_chunks = sliding_window_lookup(
+                        answers, g.window_chunks + int(unverified), initial + int(unverified))
+                else:
+                    hit_chunks = scan(answers, g.window_chunks + int(unverified),
+                                      initial + int(unverified), pending=parts.pending)
             if hit_chunks == 0:
                 return 0
             if hit_chunks is None:
@@ -412,20 +481,28 @@ class LookupOutcome:
         return {(g, c) for g, r in enumerate(self.loaded) for c in r}
 
 
-def _loads_only_hits(groups, req, content, result: LookupOutcome) -> bool:
-    """The load asks only for keys the manager answered HIT."""
+def _loads_only_hits(groups, req, content, result: LookupOutcome, parts=VLLM_0_33) -> bool:
+    """The load asks only for keys the manager answered HIT (vLLM 0.31.0 on;
+    0.29.0's and 0.30.0's lookups can load chunks they never checked:
+    docs/versions.md, so the contract holds for 0.33.0's parts only)."""
+    if parts != VLLM_0_33 or not all(g.window_extra and g.padded_initial_window for g in groups):
+        return True
     return all(content.answer(g, c) is Answer.HIT for g, c in result.loaded_keys())
 
 
-@deal.ensure(lambda groups, req, content, result:
+@deal.ensure(lambda groups, req, content, result, **_:
              result.hit_tokens is None or 0 <= result.hit_tokens <= req.num_tokens - req.local_hit_tokens)
 @deal.ensure(_loads_only_hits)
 @deal.raises(ParamError)
-def lookup(groups: Sequence[LookupGroup], req: LaterRequest, content: StoreContent) -> LookupOutcome:
+def lookup(groups: Sequence[LookupGroup], req: LaterRequest, content: StoreContent, *,
+           parts: LookupParts = VLLM_0_33) -> LookupOutcome:
     """The offload hit of ``req`` against ``content`` and the chunks it loads
-    (``get_num_new_matched_tokens`` then ``update_state_after_alloc``)."""
+    (``get_num_new_matched_tokens`` then ``update_state_after_alloc``).
+    ``parts``: the release's lookup (:class:`LookupParts`; vLLM 0.29.0 and
+    0.30.0's lookups can load chunks they never checked, which breaks the
+    contract ``_loads_only_hits``)."""
     if not groups:
         raise ParamError("groups", groups, "at least one KV-cache group")
-    hit = lookup_hit_tokens(groups, req, content)
+    hit = lookup_hit_tokens(groups, req, content, parts)
     loaded = loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
     return LookupOutcome(hit, loaded)

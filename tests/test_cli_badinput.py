@@ -23,6 +23,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from kvreach.cli import app
+from kvreach.conform import MAX_CASES
 from kvreach.params import LOAD_MODELS, MAX_INT, MAX_TOKENS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
 
@@ -41,9 +42,11 @@ MINIMUM = {
     "--retention-interval": 0, "--max-offload-tokens": 0, "--abort-after-step": 0,
     "--decode": 0, "--extra-retained-tokens": 0, "--later-prompt": 1,
     "--later-diverges-at": 0, "--later-local-hit": 0, "--later-max-load-tokens": 0,
+    "--cases": 1, "--seed": 0,
 }
 # Integer options with a limit below int64 (kvreach's stated limits).
-LIMIT = {"--prompt": MAX_TOKENS, "--decode": MAX_TOKENS, "--later-prompt": MAX_TOKENS}
+LIMIT = {"--prompt": MAX_TOKENS, "--decode": MAX_TOKENS, "--later-prompt": MAX_TOKENS,
+         "--cases": MAX_CASES}
 CHOICES = {"--rule": RULES, "--load-model": LOAD_MODELS, "--obligation": tuple(OBLIGATIONS),
            "--compare": RULES}
 
@@ -61,7 +64,17 @@ def base(command: str, tmp: Path) -> list[str]:
         "catalog": ["catalog", "--results", str(ROOT / "docs/proof-results.json"),
                     "--out", str(tmp / "proofs.md")],
         "diagram": ["diagram", "--check", "--doc", str(ROOT / "docs/lifecycle.md")],
+        "conform": ["conform", "--cases", "1", "--vllm-src", str(_tiny_vllm_tree(tmp))],
     }[command]
+
+
+def _tiny_vllm_tree(tmp: Path) -> Path:
+    """A tree with an offloading scheduler.py and none of the functions:
+    conform runs in milliseconds (and reports that no record matches)."""
+    sched = tmp / "tiny-vllm" / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+    sched.parent.mkdir(parents=True, exist_ok=True)
+    sched.write_text("def unrelated():\n    return 1\n")
+    return tmp / "tiny-vllm"
 
 
 def with_option(args: list[str], flag: str, value: str | None) -> list[str]:

@@ -6,8 +6,8 @@
   is in ``OBLIGATIONS`` and is exactly the set of obligations whose queries use
   the row's spec elements (recorded while the queries are built), each vLLM
   name resolves in the installed vLLM 0.33.0 (skipped without vllm), and each
-  ``vllm 0.29.0:`` name is defined in vLLM 0.29.0's source (skipped without
-  it);
+  ``vllm 0.29.0:`` name is defined in vLLM 0.29.0's source (fetched once by
+  the fixture ``src029``);
 - the layering architecture.md describes holds: who imports whom, read from
   the source with ``ast`` (function-level imports included);
 - every example in formulas.md (``>>>`` lines in ``python`` blocks) gives the
@@ -33,9 +33,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # vLLM 0.29.0's source tree (the pre-fix rule): $KVREACH_VLLM029_SRC, else
-# build/vllm-0.29.0 in this checkout (git-ignored); the tests that read it skip
-# without it.
+# build/vllm-0.29.0 in this checkout (git-ignored), else the Python files of
+# the 0.29.0 wheel, downloaded once into the cache (tests/vllm_releases.py).
 SRC029 = Path(os.environ.get("KVREACH_VLLM029_SRC", ROOT / "build" / "vllm-0.29.0"))
+
+
+@pytest.fixture(scope="module")
+def src029() -> Path:
+    if SRC029.is_dir():
+        return SRC029
+    import vllm_releases
+
+    return vllm_releases.source("0.29.0")
 
 # --- Markdown helpers ------------------------------------------------------
 
@@ -237,18 +246,16 @@ def test_arch_table_vllm_033_names_resolve():
             resolve(n)
 
 
-def test_arch_table_vllm_029_names_in_source():
+def test_arch_table_vllm_029_names_in_source(src029):
     """Textually: the longest module prefix is a file of the 0.29.0 source and
     every further component is a ``def`` or ``class`` in it (in order)."""
-    if not SRC029.is_dir():
-        pytest.skip(f"no vLLM 0.29.0 source at {SRC029}")
     checked = 0
     for version, n in _vllm_names():
         if version != "0.29.0":
             continue
         parts = n.split(".")
         for i in range(len(parts), 0, -1):
-            path = SRC029.joinpath(*parts[:i]).with_suffix(".py")
+            path = src029.joinpath(*parts[:i]).with_suffix(".py")
             if path.is_file():
                 break
         else:
@@ -312,10 +319,13 @@ def test_layering():
                 bad.extend(f"{mod} imports {m} ({why})" for m in _kv(imps) if dst_pred(m))
 
     forbid(lambda m: m == "kvreach.params", lambda m: True, "params is the first layer")
-    forbid(lambda m: _in(m, "kvreach.spec"), lambda m: not _in(m, "kvreach.spec", "kvreach.params"),
-           "spec sees only params")
-    forbid(lambda m: _in(m, "kvreach.impl"), lambda m: not _in(m, "kvreach.impl", "kvreach.params"),
-           "impl sees only params")
+    forbid(lambda m: m == "kvreach.releases", lambda m: True, "the release records are data")
+    forbid(lambda m: _in(m, "kvreach.spec"),
+           lambda m: not _in(m, "kvreach.spec", "kvreach.params", "kvreach.releases"),
+           "spec sees only params and the release records")
+    forbid(lambda m: _in(m, "kvreach.impl"),
+           lambda m: not _in(m, "kvreach.impl", "kvreach.params", "kvreach.releases"),
+           "impl sees only params and the release records")
     forbid(lambda m: _in(m, "kvreach.proofs"),
            lambda m: _in(m, "kvreach.cli") or m in ("kvreach.plot", "kvreach.diagram"),
            "proofs never import the CLI or the report modules")
@@ -353,6 +363,7 @@ def test_layering_within_spec_and_impl_is_one_way():
         "kvreach.impl.contracts": 0, "kvreach.impl.load": 1, "kvreach.impl.lookup": 1,
         "kvreach.impl.rules": 2, "kvreach.impl.monitor": 2,
         "kvreach.impl.lifecycle": 3, "kvreach.impl.worlds": 4,
+        "kvreach.impl.release_rules": 3,
         "kvreach.impl.vllm": 0, "kvreach.impl.vllm.metrics": 0, "kvreach.impl.vllm.vllm_copy": 1,
         "kvreach.impl.vllm.options": 3, "kvreach.impl.vllm.groups": 3,
         "kvreach.impl.vllm.scheduler": 4, "kvreach.impl.vllm.connector": 5,
@@ -433,10 +444,10 @@ def _sw_spec(g):
                              dtype=torch.float32, sliding_window=g.window)
 
 
-def _v029_is_store_reachable():
+def _v029_is_store_reachable(src029: Path):
     """vLLM 0.29.0's ``is_store_reachable_swa_chunk``, compiled from its source
     (a pure function of ints)."""
-    path = SRC029 / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+    path = src029 / "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
     src = path.read_text(encoding="utf-8")
     fn = next(n for n in ast.parse(src).body
               if isinstance(n, ast.FunctionDef) and n.name == "is_store_reachable_swa_chunk")
@@ -508,12 +519,10 @@ def test_formulas_masks_equal_vllm(formulas_run):
     assert any(g.dense for g in configs) and any(g.eagle for g in configs)
 
 
-def test_formulas_029_decisions_equal_vllm_029(formulas_run):
-    if not SRC029.is_dir():
-        pytest.skip(f"no vLLM 0.29.0 source at {SRC029}")
+def test_formulas_029_decisions_equal_vllm_029(formulas_run, src029):
     from kvreach.impl.rules import v029_alignment_chunk_count, v029_window_chunks
 
-    is_store_reachable_swa_chunk = _v029_is_store_reachable()
+    is_store_reachable_swa_chunk = _v029_is_store_reachable(src029)
     _, _, calls = formulas_run
     for chunk, storable, g, ours in calls["v029"]:
         assert ours == is_store_reachable_swa_chunk(

@@ -1,7 +1,8 @@
 """Command line: ``kvreach prove``, ``kvreach simulate``, ``kvreach lookup``
 (a later request's offload hit), ``kvreach plot``,
 ``kvreach counterexample``, ``kvreach catalog`` (docs/proofs.md) and
-``kvreach diagram`` (the lifecycle diagram of docs/lifecycle.md), one module
+``kvreach diagram`` (the lifecycle diagram of docs/lifecycle.md) and
+``kvreach conform`` (which vLLM release a vLLM tree is), one module
 each; the shared plumbing is in :mod:`kvreach.cli._common` (errors, consoles,
 options), :mod:`kvreach.cli._options` (the scenario options) and
 :mod:`kvreach.cli.render` (terminal output).
@@ -18,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from kvreach.cli import catalog, counterexample, diagram, lookup, plot, prove, simulate
+from kvreach.cli import catalog, conform, counterexample, diagram, lookup, plot, prove, simulate
 from kvreach.cli._common import _OneLineErrors
 from kvreach.cli.render import ranges
 from kvreach.params import LOAD_MODELS, RULES
@@ -64,5 +65,5 @@ def _main(
 
 
 for _command in (prove.prove, simulate.simulate, lookup.lookup, plot.plot,
-                 counterexample.counterexample, catalog.catalog, diagram.diagram):
+                 counterexample.counterexample, catalog.catalog, diagram.diagram, conform.conform):
     app.command()(_command)

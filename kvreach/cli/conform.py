@@ -1,0 +1,45 @@
+"""``kvreach conform``: which vLLM release record a vLLM tree equals
+(:mod:`kvreach.conform` runs the comparison; this picks the tree and reports)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvreach.cli._common import CliError, _error_line
+from kvreach.params import MAX_INT
+
+
+def conform(
+    vllm_wheel: Annotated[Optional[Path], typer.Option(
+        "--vllm-wheel", help="a vLLM wheel file (default: the installed vLLM)")] = None,
+    vllm_src: Annotated[Optional[Path], typer.Option(
+        "--vllm-src", help="a vLLM source directory, e.g. a branch (default: the installed vLLM)")] = None,
+    cases: Annotated[Optional[int], typer.Option(
+        "--cases", help="random cases per checked function (default 1000, at most 1,000,000)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="the inputs' random seed")] = 0,
+) -> None:
+    """Run the vLLM tree's store and lookup functions against every release
+    record (vLLM 0.29.0 .. 0.33.0) and print the record it equals (exit 0),
+    or the first input on which it differs from the nearest one (exit 1)."""
+    from kvreach import conform as cf
+
+    if vllm_wheel is not None and vllm_src is not None:
+        raise CliError("--vllm-src", vllm_src, "no --vllm-wheel with it (one tree at a time)")
+    n = cf.DEFAULT_CASES if cases is None else cases
+    if not 1 <= n <= cf.MAX_CASES:
+        raise CliError("--cases", n, f"an integer from 1 to {cf.MAX_CASES:,}")
+    if not 0 <= seed <= MAX_INT:
+        raise CliError("--seed", seed, f"an integer from 0 to {MAX_INT}")
+    try:
+        tree = (cf.Tree.wheel(vllm_wheel) if vllm_wheel is not None
+                else cf.Tree.source(vllm_src) if vllm_src is not None else cf.Tree.installed())
+        verdict = cf.conform(tree, n, seed)
+    except cf.ConformError as e:
+        _error_line(str(e))
+        raise typer.Exit(2) from None
+    sys.stdout.write("\n".join(cf.render(verdict)) + "\n")
+    raise typer.Exit(0 if verdict.equal is not None else 1)

@@ -1,0 +1,857 @@
+"""Which vLLM release record (``kvreach.releases``) a vLLM tree equals.
+
+A tree is the installed vLLM, a wheel, or a source directory (a release's
+sdist, a maintainer's branch). The functions the records speak of are found
+by name in the tree's offloading scheduler, its ``offloading/config.py`` and
+``single_type_kv_cache_manager.py`` (their module and name differ by
+release), *extracted from the source text* with ``ast`` and executed with
+small stubs for the classes they touch (``SlidingWindowSpec``,
+``LookupResult``, ``self`` and the request state as plain namespaces).
+Importing the tree instead would pull in its whole package (torch, compiled
+kernels of its own build) and, in one process, collide with the installed
+vLLM; extraction reads a wheel or a branch without installing anything and
+runs in milliseconds per case. What the stubs stand in for is named at each
+harness below; nothing of kvreach is handed to the extracted code except the
+inputs, and 0.29.0's ``alignment_chunk_count`` (computed inside
+``SchedulerOffloadConfig.from_spec``, which needs a whole ``VllmConfig``),
+which comes from ``kvreach.impl.rules.v029_alignment_chunk_count``.
+
+Each *role* (a function, or a method driven through a harness) is run on
+the same seeded random inputs for the tree and for every record's kvreach
+twin (``kvreach.impl`` with the record's parts as parameters); the tree
+equals a record when every role agrees on every case and the tree has
+exactly the functions the record's release has.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import importlib.util
+import itertools
+import random
+import types
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kvreach.impl import lookup as lk
+from kvreach.impl import release_rules as rel
+from kvreach.impl import rules
+from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv
+from kvreach.releases import RELEASES, Release
+
+_SCHED = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+_CONFIG = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
+_MANAGER = "vllm/v1/core/single_type_kv_cache_manager.py"
+FILES = (_SCHED, _CONFIG, _MANAGER)
+
+DEFAULT_CASES = 1000
+MAX_CASES = 1_000_000  # per role: about an hour on the 2-core machine
+
+# Record parts no role checks (from_spec-level configuration).
+UNCHECKED = ("retention_interval", "swa_only_alignment", "unannotated_spec_decode_eagle")
+DEFAULT_SEED = 0
+
+
+class ConformError(Exception):
+    """Bad input (no such tree, not a vLLM tree): one line for the CLI."""
+
+
+# ---------------------------------------------------------------------------
+# Trees and extraction
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Tree:
+    """The source files of one vLLM tree (path inside the tree -> text)."""
+
+    label: str
+    files: dict[str, str]
+
+    @staticmethod
+    def installed() -> "Tree":
+        spec = importlib.util.find_spec("vllm")  # a top-level find_spec imports nothing
+        if spec is None or not spec.submodule_search_locations:
+            raise ConformError("vllm: not installed (expected an importable vllm package)")
+        root = Path(list(spec.submodule_search_locations)[0]).parent
+        return Tree._from_dir(root, f"installed vllm ({root / 'vllm'})")
+
+    @staticmethod
+    def wheel(path: str | Path) -> "Tree":
+        p = Path(path)
+        if not p.is_file():
+            raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel file")
+        try:
+            with zipfile.ZipFile(p) as z:
+                names = set(z.namelist())
+                files = {f: z.read(f).decode("utf-8") for f in FILES if f in names}
+        except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as e:
+            raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel file ({e})") from None
+        if _SCHED not in files:
+            raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel (no {_SCHED})")
+        return Tree(f"wheel {p.name}", files)
+
+    @staticmethod
+    def source(path: str | Path) -> "Tree":
+        p = Path(path)
+        if not p.is_dir():
+            raise ConformError(f"--vllm-src={path}: expected a vLLM source directory")
+        root = p.parent if p.name == "vllm" and (p / _SCHED[len('vllm/'):]).is_file() else p
+        if not (root / _SCHED).is_file():
+            raise ConformError(f"--vllm-src={path}: expected a vLLM source directory (no {_SCHED})")
+        return Tree._from_dir(root, f"source {p}")
+
+    @staticmethod
+    def _from_dir(root: Path, label: str) -> "Tree":
+        files = {}
+        for f in FILES:
+            if (root / f).is_file():
+                try:
+                    files[f] = (root / f).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as e:
+                    raise ConformError(f"{label}: {f}: cannot be read ({e})") from None
+        if _SCHED not in files:
+            raise ConformError(f"{label}: expected a vLLM tree (no {_SCHED})")
+        return Tree(label, files)
+
+    def find(self, qualname: str) -> tuple[str, ast.FunctionDef] | None:
+        """(file, def node) of ``qualname`` (``Class.method`` or a function)
+        in the first file that defines it."""
+        for f in FILES:
+            src = self.files.get(f)
+            if src is None:
+                continue
+            node = _find_def(ast.parse(src), qualname.split("."))
+            if node is not None:
+                return f, node
+        return None
+
+
+def _find_def(tree: ast.AST, path: list[str]) -> ast.FunctionDef | None:
+    for n in getattr(tree, "body", []):
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == path[0]:
+            if len(path) == 1:
+                return n if isinstance(n, ast.FunctionDef) else None
+            return _find_def(n, path[1:])
+    return None
+
+
+def _strip(node: ast.FunctionDef) -> ast.FunctionDef:
+    """The def without decorators (a classmethod's ``cls`` is passed
+    explicitly) and without annotations (they name vLLM types)."""
+    node.decorator_list = []
+    node.returns = None
+    a = node.args
+    for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    return node
+
+
+# --- stubs for what the extracted functions touch --------------------------
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec:
+    """``vllm.v1.kv_cache_interface.SlidingWindowSpec``: the fields read here."""
+
+    block_size: int
+    sliding_window: int
+    extra_retained_tokens: int = 0
+
+
+class FullAttentionSpec:
+    """``FullAttentionSpec`` (only ``isinstance`` is asked of it)."""
+
+
+class ChunkedLocalAttentionSpec:
+    pass
+
+
+class MambaSpec:
+    pass
+
+
+class LookupResult(enum.Enum):
+    HIT = "hit"
+    HIT_PENDING = "hit_pending"
+    RETRY = "retry"
+    MISS = "miss"
+
+
+_ANSWER = {lk.Answer.HIT: LookupResult.HIT, lk.Answer.HIT_PENDING: LookupResult.HIT_PENDING,
+           lk.Answer.RETRY: LookupResult.RETRY, lk.Answer.MISS: LookupResult.MISS}
+
+
+class RequestStatus(enum.Enum):
+    RUNNING = 1
+    FINISHED_STOPPED = 2
+    FINISHED_ABORTED = 3
+
+
+class _Quiet:
+    """Logger, stats, events tracker: every call is accepted and ignored."""
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def _namespace() -> dict:
+    def round_down(x, m):
+        return x // m * m
+
+    def round_up(x, m):
+        return cdiv(x, m) * m
+
+    ns = dict(cdiv=cdiv, round_down=round_down, round_up=round_up,
+              SlidingWindowSpec=SlidingWindowSpec, FullAttentionSpec=FullAttentionSpec,
+              ChunkedLocalAttentionSpec=ChunkedLocalAttentionSpec, MambaSpec=MambaSpec,
+              LookupResult=LookupResult, RequestStatus=RequestStatus, replace=dataclasses.replace,
+              chain=itertools.chain, logger=_Quiet(), _ConnectorMetricName=_Quiet(),
+              TransferJobStatus=lambda **k: types.SimpleNamespace(**k),
+              TransferJob=lambda **k: types.SimpleNamespace(**k),
+              GPULoadStoreSpec=lambda *a, **k: None,
+              time=types.SimpleNamespace(monotonic=lambda: 0.0))
+    ns["__builtins__"] = __builtins__
+    return ns
+
+
+@dataclass
+class Extracted:
+    """The tree's functions by role (missing roles absent), in one namespace."""
+
+    tree: Tree
+    fns: dict[str, Callable] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)  # role -> "file:qualname"
+    params: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+# role -> candidate qualified names (the first found wins)
+ROLES: dict[str, tuple[str, ...]] = {
+    "window": ("get_sliding_window_size_in_chunks",),
+    "load_window": ("GroupOffloadConfig.load_window_size_in_chunks",),
+    "sliding_window_lookup": ("OffloadingConnectorScheduler._sliding_window_lookup",),
+    "maximal_prefix_lookup": ("OffloadingConnectorScheduler._maximal_prefix_lookup",),
+    "lookup_complete_chunks": ("OffloadingConnectorScheduler._lookup_complete_chunks",),
+    "storable_chunks": ("RequestOffloadState.storable_chunks",),
+    "advance_stored_idx": ("RequestOffloadState.advance_stored_idx",),
+    "store_rule": ("is_store_reachable_swa_chunk",),
+    "store_mask": ("OffloadingConnectorScheduler._reachable_store_block_mask",),
+    "block_mask": ("SlidingWindowManager.reachable_block_mask",),
+    "contiguous_blocks": ("SlidingWindowManager._contiguous_blocks_for_hit",),
+    "final_alignment": ("OffloadingConnectorScheduler._final_swa_alignment_blocks",),
+    "offloadable": ("OffloadingConnectorScheduler._calc_num_offloadable_tokens",),
+    "build_store_jobs": ("OffloadingConnectorScheduler._build_store_jobs",),
+    "get_num_new_matched_tokens": ("OffloadingConnectorScheduler.get_num_new_matched_tokens",),
+}
+
+
+def extract(tree: Tree) -> Extracted:
+    ns = _namespace()
+    out = Extracted(tree)
+    for role, names in ROLES.items():
+        for qn in names:
+            hit = tree.find(qn)
+            if hit is None:
+                continue
+            f, node = hit
+            node = _strip(node)
+            mod = ast.Module(body=[node], type_ignores=[])
+            ast.fix_missing_locations(mod)
+            try:
+                exec(compile(mod, f"<{tree.label}:{f}:{qn}>", "exec"), ns)
+            except Exception as e:  # noqa: BLE001 (a tree's text is input)
+                raise ConformError(f"{tree.label}: {f}: {qn}: cannot be compiled ({e})") from None
+            fn = ns.pop(node.name)
+            out.fns[role] = fn
+            out.where[role] = f"{f}:{qn}"
+            out.params[role] = tuple(a.arg for a in node.args.args + node.args.kwonlyargs)
+            break
+    if "store_rule" in out.fns:
+        ns["is_store_reachable_swa_chunk"] = out.fns["store_rule"]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+
+
+def _group(rnd: random.Random, *, retention: bool = True, eagle: bool = True) -> GroupConfig:
+    """A random SWA group with an alignment (the full-attention chunk)."""
+    while True:
+        bs = rnd.choice((1, 2, 4))
+        dcp = rnd.choice((1, 1, 2))
+        bpc = rnd.choice((1, 1, 2, 3))
+        W = rnd.randint(1, 24)
+        extra = rnd.choice((0, 0, rnd.randint(1, 8)))
+        C = bs * dcp * bpc
+        align = C * rnd.choice((1, 2, 3, 4, 6, 8)) if rnd.random() < 0.9 else rnd.randint(1, 40)
+        ri = None
+        if retention and rnd.random() < 0.3:
+            ri = C * rnd.choice((0, 2, 4, 8))
+        try:
+            return GroupConfig(bs, W, align, bpc, dcp, eagle and rnd.random() < 0.25, ri, extra)
+        except ParamError:
+            continue
+
+
+def _answers(rnd: random.Random, n: int, p_hit: float = 0.75) -> list[lk.Answer]:
+    out = []
+    for _ in range(n):
+        x = rnd.random()
+        out.append(lk.Answer.HIT if x < p_hit else lk.Answer.MISS if x < p_hit + 0.12
+                   else lk.Answer.HIT_PENDING if x < p_hit + 0.19 else lk.Answer.RETRY)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Roles: the tree's value and a record's twin for one input
+# ---------------------------------------------------------------------------
+
+
+def _lookup_group(g_tokens: int, bpc: int, W: int | None, extra: int, eagle: bool,
+                  r: Release) -> lk.LookupGroup:
+    return lk.LookupGroup(g_tokens, bpc, W, extra, eagle,
+                          window_extra=r.lookup_window_extra,
+                          padded_initial_window=r.padded_initial_window)
+
+
+def _lookup_parts(r: Release) -> lk.LookupParts:
+    return lk.LookupParts(pending=r.pending, eagle_widening=r.eagle_widening,
+                          max_num_new_tokens=r.max_num_new_tokens,
+                          max_load_tokens=r.max_load_tokens)
+
+
+class _Manager:
+    """The offload manager: ``lookup`` answers from a table of keys."""
+
+    def __init__(self, answer: Callable):
+        self.answer = answer
+        self.stored: list = []
+
+    def lookup(self, key, req_context=None):
+        return _ANSWER[self.answer(key)]
+
+    def prepare_store(self, keys, req_context=None):
+        self.stored.extend(keys)
+        return types.SimpleNamespace(keys_to_store=list(keys), store_spec=None)
+
+
+# --- window, load window ----------------------------------------------------
+
+
+def _in_window(rnd):
+    return dict(W=rnd.randint(1, 40), extra=rnd.choice((0, 0, rnd.randint(1, 9))),
+                C=rnd.choice((1, 2, 3, 4, 8, 16)), end=rnd.randint(0, 80))
+
+
+def _tree_window(x, ex: Extracted):
+    return ex.fns["window"](SlidingWindowSpec(1, x["W"], x["extra"]), x["C"])
+
+
+def _twin_window(x, r: Release):
+    return _lookup_group(x["C"], 1, x["W"], x["extra"], False, r).window_chunks
+
+
+def _tree_load_window(x, ex: Extracted):
+    spec = SlidingWindowSpec(1, x["W"], x["extra"])
+    if "load_window" not in ex.fns:
+        return ex.fns["window"](spec, x["C"])  # every run needs the window
+    self = types.SimpleNamespace(sliding_window_size_in_chunks=ex.fns["window"](spec, x["C"]),
+                                 kv_cache_spec=spec, tokens_per_chunk=x["C"])
+    return ex.fns["load_window"](self, x["end"])
+
+
+def _twin_load_window(x, r: Release):
+    return _lookup_group(x["C"], 1, x["W"], x["extra"], False, r).load_window_chunks(x["end"])
+
+
+# --- the two scans -------------------------------------------------------------
+
+
+def _in_scan(rnd):
+    n = rnd.randint(0, 14)
+    w = rnd.randint(1, 5)
+    return dict(answers=_answers(rnd, n), w=w, initial=w + rnd.choice((0, 0, 1, 2)))
+
+
+def _tree_scan(x, ex: Extracted):
+    answers = x["answers"]
+    self = types.SimpleNamespace(manager=_Manager(lambda k: answers[k]))
+    keys = list(range(len(answers)))
+    if "initial_window_size" in ex.params["sliding_window_lookup"]:
+        return ex.fns["sliding_window_lookup"](self, keys, x["w"], None, x["initial"])
+    return ex.fns["sliding_window_lookup"](self, keys, x["w"], None)
+
+
+def _twin_scan(x, r: Release):
+    initial = x["initial"] if r.padded_initial_window else x["w"]
+    return lk.scan(x["answers"], x["w"], initial, pending=r.pending)
+
+
+def _in_prefix(rnd):
+    return dict(answers=_answers(rnd, rnd.randint(0, 12), 0.8))
+
+
+def _tree_prefix(x, ex: Extracted):
+    answers = x["answers"]
+    self = types.SimpleNamespace(manager=_Manager(lambda k: answers[k]), _events_tracker=_Quiet())
+    return ex.fns["maximal_prefix_lookup"](self, list(range(len(answers))), None, None, None, 0)
+
+
+def _twin_prefix(x, r: Release):
+    return lk.maximal_prefix_lookup(x["answers"])
+
+
+# --- the whole lookup -------------------------------------------------------------
+
+
+def _in_lookup(rnd):
+    groups = []
+    if rnd.random() < 0.7:
+        groups.append(dict(b=rnd.choice((1, 2, 4, 8, 16)), W=None, extra=0, eagle=rnd.random() < 0.25))
+    for _ in range(rnd.choice((1, 1, 2))):
+        groups.append(dict(b=rnd.choice((1, 2, 4)), W=rnd.randint(1, 20),
+                           extra=rnd.choice((0, 0, rnd.randint(1, 6))), eagle=rnd.random() < 0.2))
+    bpc = rnd.choice((1, 1, 2))
+    lcm = 1
+    for g in groups:
+        lcm = lcm * g["b"] * bpc // _gcd(lcm, g["b"] * bpc)
+    n = rnd.randint(1, 64)
+    local = lcm * rnd.randint(0, n // lcm) if rnd.random() < 0.3 else 0
+    local = min(local, n)
+    keys = {(gi, c): a for gi, g in enumerate(groups)
+            for c, a in enumerate(_answers(rnd, n // (g["b"] * bpc), rnd.choice((0.7, 0.9, 1.0))))}
+    return dict(groups=groups, bpc=bpc, n=n, local=local, keys=keys,
+                max_load=rnd.choice((None, None, rnd.randint(0, 40))),
+                max_new=rnd.choice((None, None, rnd.randint(0, 40))))
+
+
+def _gcd(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _tree_lookup(x, ex: Extracted):
+    bpc = x["bpc"]
+    gcs = []
+    for gi, g in enumerate(x["groups"]):
+        C = g["b"] * bpc
+        spec = FullAttentionSpec() if g["W"] is None else SlidingWindowSpec(g["b"], g["W"], g["extra"])
+        sw = None if g["W"] is None else ex.fns["window"](spec, C)
+        gc = types.SimpleNamespace(group_idx=gi, tokens_per_block=g["b"], tokens_per_chunk=C,
+                                   sliding_window_size_in_chunks=sw, kv_cache_spec=spec,
+                                   is_eagle_group=g["eagle"])
+        if "load_window" in ex.fns:
+            gc.load_window_size_in_chunks = types.MethodType(ex.fns["load_window"], gc)
+        gcs.append(gc)
+    # OffloadingConnectorScheduler.__init__: full-attention groups, then SWA
+    # groups by decreasing window (a stable sort)
+    full = [gc.group_idx for gc in gcs if gc.sliding_window_size_in_chunks is None]
+    swa = sorted((gc.group_idx for gc in gcs if gc.sliding_window_size_in_chunks is not None),
+                 key=lambda i: gcs[i].sliding_window_size_in_chunks, reverse=True)
+    keys = x["keys"]
+    self = types.SimpleNamespace(
+        config=types.SimpleNamespace(kv_group_configs=tuple(gcs)),
+        manager=_Manager(lambda k: keys.get(k, lk.Answer.MISS)), _events_tracker=_Quiet(),
+        _sliding_window_groups=tuple(swa), _lookup_groups=tuple(full) + tuple(swa),
+        _mamba_align_size=None, _chunks_being_loaded=None)
+    self._maximal_prefix_lookup = types.MethodType(ex.fns["maximal_prefix_lookup"], self)
+    self._sliding_window_lookup = types.MethodType(ex.fns["sliding_window_lookup"], self)
+    states = [types.SimpleNamespace(offload_keys=[(gi, c) for c in range(x["n"] // gc.tokens_per_chunk)],
+                                    lookup_hit_end_chunk_idx=0) for gi, gc in enumerate(gcs)]
+    req_status = types.SimpleNamespace(
+        num_locally_computed_tokens=x["local"], max_load_tokens=x["max_load"],
+        req=types.SimpleNamespace(num_tokens=x["n"], request_id="r"), req_context=None,
+        group_states=tuple(states))
+    fn = ex.fns["lookup_complete_chunks"]
+    if "max_num_new_tokens" in ex.params["lookup_complete_chunks"]:
+        return fn(self, req_status, x["max_new"])
+    return fn(self, req_status)
+
+
+def _twin_lookup(x, r: Release):
+    groups = [_lookup_group(g["b"], x["bpc"], g["W"], g["extra"], g["eagle"], r) for g in x["groups"]]
+    req = lk.LaterRequest(x["n"], x["local"], x["max_load"], x["max_new"])
+    content = lk.StoreContent(
+        hit=frozenset(k for k, a in x["keys"].items() if a is lk.Answer.HIT),
+        pending=frozenset(k for k, a in x["keys"].items() if a is lk.Answer.HIT_PENDING),
+        retry=frozenset(k for k, a in x["keys"].items() if a is lk.Answer.RETRY))
+    return lk.lookup_hit_tokens(groups, req, content, _lookup_parts(r))
+
+
+# --- storable chunks ---------------------------------------------------------------
+
+
+def _in_storable(rnd):
+    C = rnd.choice((1, 2, 4, 8))
+    bpc = rnd.choice((1, 2))
+    P = rnd.randint(1, 60)
+    return dict(C=C, bpc=bpc, P=P, off=rnd.randint(0, 90), eagle=rnd.random() < 0.5,
+                finished=rnd.random() < 0.5, blocks=rnd.randint(0, 100), keys=rnd.randint(0, 50))
+
+
+def _tree_storable(x, ex: Extracted):
+    self = types.SimpleNamespace(
+        req=types.SimpleNamespace(num_prompt_tokens=x["P"], is_finished=lambda: x["finished"]),
+        config=types.SimpleNamespace(blocks_per_chunk=x["bpc"]))
+    gc = types.SimpleNamespace(tokens_per_chunk=x["C"], is_eagle_group=x["eagle"])
+    gs = types.SimpleNamespace(block_ids=[1] * x["blocks"], offload_keys=[0] * x["keys"])
+    return ex.fns["storable_chunks"](self, gc, gs, x["off"])
+
+
+def _twin_storable(x, r: Release):
+    g = GroupConfig(x["C"], 1, None, 1, 1, x["eagle"])
+    n = rel.storable_chunks(r, g, RequestConfig(x["P"]), x["off"], x["finished"])
+    n = min(n, x["blocks"] // x["bpc"])
+    return min(n, x["keys"]) if r.storable_keyed_cap else n
+
+
+# --- the store rule (0.29.0's chunk rule, or the block mask) -----------------------
+
+
+def _in_store(rnd):
+    g = _group(rnd)
+    lo = rnd.randint(0, 30)
+    hi = lo + rnd.randint(0, 30)
+    return dict(g=g, lo=lo, hi=hi, final=rnd.choice((None, hi, hi + rnd.randint(0, 9))),
+                P=rnd.randint(1, 200), chunk=rnd.randint(0, 40), count=rnd.randint(0, 50))
+
+
+def _tree_store(x, ex: Extracted):
+    g: GroupConfig = x["g"]
+    if "store_mask" in ex.fns:
+        mgr = type("SlidingWindowManager", (), {
+            "reachable_block_mask": classmethod(ex.fns["block_mask"]),
+            "_contiguous_blocks_for_hit": classmethod(ex.fns["contiguous_blocks"])})
+        self = types.SimpleNamespace(config=types.SimpleNamespace(
+            blocks_per_chunk=g.blocks_per_chunk, alignment_tokens=g.alignment_tokens,
+            retention_interval=g.retention_interval, dcp_world_size=g.dcp_world_size))
+        gc = types.SimpleNamespace(
+            kv_cache_spec=SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens),
+            is_eagle_group=g.eagle, manager_cls=mgr)
+        boundaries = (x["P"] - 1,) if g.retention_interval is not None else ()
+        m = ex.fns["store_mask"](self, gc, x["lo"], x["hi"], x["final"], boundaries)
+        return ("mask", None if m is None else tuple(m))
+    acc = rules.v029_alignment_chunk_count(g)  # from_spec's nested helper (see the module doc)
+    w = ex.fns["window"](SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens),
+                         g.chunk_tokens)
+    return ("chunk", ex.fns["store_rule"](x["chunk"], x["count"], acc, w, g.eagle))
+
+
+def _twin_store(x, r: Release):
+    g: GroupConfig = x["g"]
+    if r.store_rule == "vllm-0.29":
+        return ("chunk", rules.v029_chunk_reachable(x["chunk"], x["count"], g))
+    gm = rel.mask_group(r, g)
+    bpc = g.blocks_per_chunk
+    m = rules.reachable_block_mask(x["lo"] * bpc, x["hi"] * bpc, gm, x["P"],
+                                   None if x["final"] is None else x["final"] * bpc)
+    return ("mask", None if m is None else tuple(m))
+
+
+# --- one _build_store_jobs call: finish clamp, null blocks, cursor ---------------
+
+
+def _in_store_jobs(rnd):
+    g = _group(rnd, retention=False)
+    P = rnd.randint(1, 80)
+    d = rnd.choice((0, 0, rnd.randint(1, 20)))
+    kind = rnd.choice(("running", "finished", "aborted"))
+    computed = rnd.randint(0, P + d)
+    sched = rnd.randint(0, P + d - computed) if kind == "running" else 0
+    nt = P + d + (1 if kind == "finished" else 0)
+    nblocks = cdiv(nt, g.block_tokens) + g.blocks_per_chunk
+    null = frozenset(b for b in range(nblocks) if rnd.random() < 0.15)
+    return dict(g=g, P=P, nt=nt, kind=kind, computed=computed, sched=sched,
+                cursor=rnd.randint(0, cdiv(nt, g.chunk_tokens)), null=null, nblocks=nblocks,
+                prompt_only=rnd.random() < 0.5)
+
+
+def _tree_store_jobs(x, ex: Extracted):
+    g: GroupConfig = x["g"]
+    bpc, C = g.blocks_per_chunk, g.chunk_tokens
+    spec = SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens)
+    mgr = type("SlidingWindowManager", (), {
+        "reachable_block_mask": classmethod(ex.fns["block_mask"]),
+        "_contiguous_blocks_for_hit": classmethod(ex.fns["contiguous_blocks"])}) \
+        if "block_mask" in ex.fns else None
+    window = ex.fns["window"](spec, C)
+    gc = types.SimpleNamespace(
+        group_idx=0, tokens_per_block=g.block_tokens, tokens_per_chunk=C,
+        sliding_window_size_in_chunks=window, kv_cache_spec=spec, manager_cls=mgr,
+        is_eagle_group=g.eagle, requires_cow_source=False,
+        alignment_chunk_count=rules.v029_alignment_chunk_count(g))
+    config = types.SimpleNamespace(
+        blocks_per_chunk=bpc, kv_group_configs=(gc,), alignment_tokens=g.alignment_tokens,
+        retention_interval=None, dcp_world_size=g.dcp_world_size,
+        offload_prompt_only=x["prompt_only"],
+        num_workers=1)
+    finished = x["kind"] != "running"
+    status = {"running": RequestStatus.RUNNING, "finished": RequestStatus.FINISHED_STOPPED,
+              "aborted": RequestStatus.FINISHED_ABORTED}[x["kind"]]
+    req = types.SimpleNamespace(
+        request_id="r", status=status, is_finished=lambda: finished,
+        num_computed_tokens=x["computed"], num_tokens=x["nt"], num_prompt_tokens=x["P"],
+        shared_prefix_boundary=0)
+    gs = types.SimpleNamespace(
+        offload_keys=[(0, c) for c in range(x["nt"] // C)],
+        block_ids=[0 if b in x["null"] else b + 1 for b in range(x["nblocks"])],
+        next_stored_chunk_idx=x["cursor"])
+    rs = types.SimpleNamespace(config=config, req=req, group_states=(gs,), max_offload_tokens=None,
+                               transfer_jobs=set(), req_context=None)
+    rs.storable_chunks = types.MethodType(ex.fns["storable_chunks"], rs)
+    rs.advance_stored_idx = types.MethodType(ex.fns["advance_stored_idx"], rs)
+    manager = _Manager(lambda k: lk.Answer.MISS)
+    counter = itertools.count()
+    self = types.SimpleNamespace(
+        config=config, _req_status={"r": rs}, manager=manager, _connector_stats=_Quiet(),
+        _events_tracker=_Quiet(), _block_id_to_pending_jobs={}, _jobs={},
+        _current_batch_allocated_block_ids=set(), _current_batch_jobs_to_flush=set(),
+        _generate_job_id=lambda: next(counter), _touch=lambda rs: None)
+    for role, attr in (("offloadable", "_calc_num_offloadable_tokens"),
+                       ("store_mask", "_reachable_store_block_mask"),
+                       ("final_alignment", "_final_swa_alignment_blocks")):
+        if role in ex.fns:
+            setattr(self, attr, types.MethodType(ex.fns[role], self))
+    out = types.SimpleNamespace(num_scheduled_tokens={} if finished else {"r": x["sched"]},
+                                finished_req_ids={"r"} if finished else set())
+    ex.fns["build_store_jobs"](self, out)
+    return (tuple(sorted(c for _, c in manager.stored)), gs.next_stored_chunk_idx)
+
+
+def _twin_store_jobs(x, r: Release):
+    g: GroupConfig = x["g"]
+    req = RequestConfig(x["P"], offload_prompt_only=x["prompt_only"])
+    finished = x["kind"] != "running"
+    if x["kind"] == "aborted":
+        after = x["computed"]
+    elif x["kind"] == "finished":
+        after = rel.finish_tokens(r, req, x["nt"])
+    else:
+        after = x["computed"] + x["sched"]
+    off = req.offloadable(after, x["nt"])
+    n = rel.storable_chunks(r, g, req, off, finished)
+    # RequestOffloadState.storable_chunks' caps: allocated blocks, keyed chunks
+    n = min(n, x["nblocks"] // g.blocks_per_chunk, x["nt"] // g.chunk_tokens)
+    cursor = x["cursor"]
+    w = rel.store_step(r, g, req, cursor, n, finished)
+    return (rel.offered_chunks(r, w, x["null"], g.blocks_per_chunk), max(cursor, n))
+
+
+# --- the cursor on a lookup --------------------------------------------------------
+
+
+def _in_cursor(rnd):
+    return dict(cursor=rnd.randint(0, 30), hit=rnd.choice((0, 4, None)))
+
+
+def _tree_cursor(x, ex: Extracted):
+    gs = types.SimpleNamespace(block_ids=[1, 2], next_stored_chunk_idx=x["cursor"], offload_keys=[])
+    rs = types.SimpleNamespace(group_states=(gs,), transfer_jobs=set(), num_locally_computed_tokens=0,
+                               deferred_lookup_start_time=None, update_offload_keys=lambda: None,
+                               update_num_hit_chunks=lambda n: None)
+    self = types.SimpleNamespace(
+        _req_status={"r": rs}, _acquire_step=lambda: None, _lookup=lambda *a: x["hit"],
+        _connector_stats=_Quiet(), _maybe_observe_lookup_async_delay=lambda rs: None,
+        _touch=lambda rs: None, _reserve_sync_load=lambda *a: False)
+    request = types.SimpleNamespace(request_id="r", skip_reading_prefix_cache=False)
+    ex.fns["get_num_new_matched_tokens"](self, request, 0)
+    return gs.next_stored_chunk_idx
+
+
+def _twin_cursor(x, r: Release):
+    return rel.cursor_after_lookup(r, x["cursor"])
+
+
+@dataclass(frozen=True)
+class Role:
+    """One checked piece: the tree functions it needs, the record parts it
+    covers, its inputs, the tree's value and a record's twin."""
+
+    name: str
+    needs: tuple[str, ...]
+    parts: tuple[str, ...]
+    inputs: Callable
+    tree: Callable
+    twin: Callable
+
+
+CHECKS: tuple[Role, ...] = (
+    Role("window", ("window",), ("lookup_window_extra",), _in_window, _tree_window, _twin_window),
+    Role("load window", ("window",), ("padded_initial_window", "lookup_window_extra"),
+         _in_window, _tree_load_window, _twin_load_window),
+    Role("sliding-window scan", ("sliding_window_lookup",), ("pending", "padded_initial_window"),
+         _in_scan, _tree_scan, _twin_scan),
+    Role("prefix scan", ("maximal_prefix_lookup",), (), _in_prefix, _tree_prefix, _twin_prefix),
+    Role("lookup", ("window", "sliding_window_lookup", "maximal_prefix_lookup", "lookup_complete_chunks"),
+         ("eagle_widening", "max_num_new_tokens", "max_load_tokens", "lookup_window_extra",
+          "padded_initial_window", "pending"), _in_lookup, _tree_lookup, _twin_lookup),
+    Role("storable chunks", ("storable_chunks",), ("eagle_tail_lifted_at_finish", "storable_keyed_cap"),
+         _in_storable, _tree_storable, _twin_storable),
+    Role("store rule", ("window",), ("store_rule", "mask_window_extra"), _in_store, _tree_store, _twin_store),
+    Role("store step", ("window", "build_store_jobs", "storable_chunks", "advance_stored_idx",
+                        "offloadable"),
+         ("finish_clamp", "null_block_filter", "store_rule", "mask_window_extra"),
+         _in_store_jobs, _tree_store_jobs, _twin_store_jobs),
+    Role("cursor on lookup", ("get_num_new_matched_tokens",), ("cursor_on_lookup",),
+         _in_cursor, _tree_cursor, _twin_cursor),
+)
+
+
+# ---------------------------------------------------------------------------
+# The comparison
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Difference:
+    role: str
+    parts: tuple[str, ...]
+    case: int | None  # None: the tree lacks or has a function the record's release has not
+    input: object
+    tree_value: object
+    twin_value: object
+
+
+@dataclass
+class Verdict:
+    tree: str
+    cases: int
+    seed: int
+    where: dict[str, str]
+    differences: dict[str, list[Difference]]  # record name -> first difference per role
+    records: tuple[Release, ...] = RELEASES
+
+    @property
+    def equal(self) -> Release | None:
+        for r in self.records:
+            if not self.differences[r.name]:
+                return r
+        return None
+
+    @property
+    def nearest(self) -> Release:
+        return min(reversed(self.records), key=lambda r: len(self.differences[r.name]))
+
+
+def _presence(ex: Extracted, r: Release) -> list[Difference]:
+    """The tree has the functions of the record's release, in its files."""
+    out = []
+    want = r.functions()
+    for role, (f, qn) in want.items():
+        got = ex.where.get(role)
+        if got != f"{f}:{qn}":
+            out.append(Difference(f"function {role}", (_part_of(role),), None, f"{f}:{qn}",
+                                  got or "absent", f"{f}:{qn}"))
+    for role in ("load_window", "store_rule", "store_mask"):
+        if role in ex.where and role not in want:
+            out.append(Difference(f"function {role}", (_part_of(role),), None, ex.where[role],
+                                  ex.where[role], "absent"))
+    return out
+
+
+def _part_of(role: str) -> str:
+    return {"window": "window_module", "load_window": "padded_initial_window",
+            "store_rule": "store_rule", "store_mask": "store_rule",
+            "block_mask": "store_rule", "contiguous_blocks": "store_rule"}.get(role, role)
+
+
+def conform(tree: Tree, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
+            records: tuple[Release, ...] = RELEASES) -> Verdict:
+    """Run every role on ``cases`` seeded random inputs for the tree and for
+    every record (``records``: the release records unless a test plants
+    another); the first differing input per (record, role)."""
+    names = [r.name for r in records]
+    if len(set(names)) != len(names):
+        raise ConformError(f"records: {names}: expected distinct names")
+    if isinstance(cases, bool) or not isinstance(cases, int) or not 1 <= cases <= MAX_CASES:
+        raise ConformError(f"--cases={cases}: expected an integer from 1 to {MAX_CASES:,}")
+    ex = extract(tree)
+    diffs: dict[str, list[Difference]] = {r.name: _presence(ex, r) for r in records}
+    for k, role in enumerate(CHECKS):
+        missing = [n for n in role.needs if n not in ex.fns]
+        if missing:
+            for r in records:
+                diffs[r.name].append(Difference(role.name, role.parts, None, None,
+                                                "missing " + ", ".join(missing), None))
+            continue
+        rnd = random.Random(f"{seed}:{role.name}")
+        first: dict[str, Difference] = {}
+        for i in range(cases):
+            x = role.inputs(rnd)
+            try:
+                t = role.tree(x, ex)
+            except Exception as e:  # noqa: BLE001 (the tree's code is under test)
+                t = f"raised {type(e).__name__}: {e}"
+            for r in records:
+                if r.name in first:
+                    continue
+                try:
+                    v = role.twin(x, r)
+                except Exception as e:  # noqa: BLE001
+                    v = f"raised {type(e).__name__}: {e}"
+                if v != t:
+                    first[r.name] = Difference(role.name, role.parts, i, x, t, v)
+        for name, d in first.items():
+            diffs[name].append(d)
+    return Verdict(tree.label, cases, seed, dict(ex.where), diffs, tuple(records))
+
+
+_LETTER = {lk.Answer.HIT: "H", lk.Answer.HIT_PENDING: "P", lk.Answer.RETRY: "R", lk.Answer.MISS: "M"}
+
+
+def _show(x) -> str:
+    if isinstance(x, dict) and x and all(isinstance(v, lk.Answer) for v in x.values()):
+        groups = sorted({g for g, _ in x})
+        return "{" + ", ".join(
+            f"group {g}: " + "".join(_LETTER[x[g, c]] for c in sorted(c for h, c in x if h == g))
+            for g in groups) + "} (H hit, P pending, R retry, M miss by chunk)"
+    if isinstance(x, dict):
+        return ", ".join(f"{k}={_show(v)}" for k, v in x.items())
+    if isinstance(x, (list, tuple)) and x and isinstance(x[0], lk.Answer):
+        return "".join(_LETTER[a] for a in x) + " (H hit, P pending, R retry, M miss)"
+    if isinstance(x, list):
+        return "[" + ", ".join("{" + _show(v) + "}" if isinstance(v, dict) else _show(v)
+                               for v in x) + "]"
+    if isinstance(x, GroupConfig):
+        return (f"GroupConfig(block_size={x.block_size}, window={x.window}, "
+                f"alignment_tokens={x.alignment_tokens}, blocks_per_chunk={x.blocks_per_chunk}, "
+                f"dcp={x.dcp_world_size}, eagle={x.eagle}, retention_interval={x.retention_interval}, "
+                f"extra_retained_tokens={x.extra_retained_tokens})")
+    if isinstance(x, frozenset):
+        return "{" + ", ".join(map(str, sorted(x))) + "}"
+    return repr(x)
+
+
+def render(v: Verdict) -> list[str]:
+    """The report, one line each."""
+    lines = [f"tree: {v.tree}",
+             f"checked: {len(CHECKS)} roles x {v.cases} cases each (seed {v.seed}) "
+             f"against {len(v.records)} records: " + ", ".join(r.name for r in v.records),
+             "not checked (they live in SchedulerOffloadConfig.from_spec, which needs a whole "
+             "VllmConfig): " + ", ".join(UNCHECKED)]
+    for r in v.records:
+        d = v.differences[r.name]
+        lines.append(f"  {r.name}: " + ("equal" if not d else
+                                        f"differs in {len(d)}: " + ", ".join(x.role for x in d)))
+    eq = v.equal
+    if eq is not None:
+        lines.append(f"equals {eq.name}")
+        return lines
+    near = v.nearest
+    lines.append(f"equals no record; nearest {near.name}, differs:")
+    for d in v.differences[near.name]:
+        parts = ", ".join(d.parts) or "(a part every release shares)"
+        if d.case is None:
+            lines.append(f"  {d.role} [{parts}]: tree {d.tree_value}, record {d.twin_value}")
+        else:
+            lines.append(f"  {d.role} [{parts}] at case {d.case}: {_show(d.input)}")
+            lines.append(f"    tree -> {d.tree_value!r}, {near.name} -> {d.twin_value!r}")
+    return lines

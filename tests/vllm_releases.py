@@ -1,0 +1,50 @@
+"""vLLM release wheels and their Python sources for the tests, fetched once.
+
+``wheel("0.30.0")`` downloads ``vllm==0.30.0`` (``pip download --no-deps``,
+about 320 MB) into ``$KVREACH_CACHE/wheels`` (default
+``~/.cache/kvreach/wheels``) unless it is there already; ``source(v)``
+unpacks the wheel's ``.py`` files into ``$KVREACH_CACHE/vllm-<v>`` once.
+Nothing is installed or imported.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+RELEASES = ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("KVREACH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kvreach"
+
+
+def wheel(version: str) -> Path:
+    d = cache_dir() / "wheels"
+    found = sorted(d.glob(f"vllm-{version}-*.whl"))
+    if found:
+        return found[0]
+    d.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    f"vllm=={version}", "-d", str(d)], check=True)
+    found = sorted(d.glob(f"vllm-{version}-*.whl"))
+    if not found:
+        raise RuntimeError(f"pip download vllm=={version} left no wheel in {d}")
+    return found[0]
+
+
+def source(version: str) -> Path:
+    """The release's Python sources (a tree with ``vllm/`` at its top)."""
+    root = cache_dir() / f"vllm-{version}"
+    done = root / ".unpacked"
+    if not done.exists():
+        with zipfile.ZipFile(wheel(version)) as z:
+            for name in z.namelist():
+                if name.startswith("vllm/") and name.endswith(".py"):
+                    z.extract(name, root)
+        done.write_text(version)
+    return root
