@@ -67,6 +67,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 def _need_int(name: str, value: object, minimum: int) -> None:
+    """Refuse ``value`` for parameter ``name`` unless it is an integer (not a
+    bool) of at least ``minimum``: the one check of every integer parameter
+    (here and in ``kvreach.impl.lookup``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ParamError(name, value, f"an integer >= {minimum}")
 
