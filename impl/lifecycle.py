@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
-from kvreach.impl.rules import finish_tokens, shared_prefix_tail_chunks, storable_chunks, store_step
+from kvreach.impl.mask import shared_prefix_tail_chunks
+from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
 
 

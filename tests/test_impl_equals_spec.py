@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvreach.impl import load as iload
+from kvreach.impl import mask as imask
 from kvreach.impl import rules as irules
 from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.params import LOAD_MODELS, RULES, GroupConfig, RequestConfig
@@ -89,7 +90,7 @@ def test_block_mask_equals_spec(cfg, data):
     F = data.draw(st.one_of(st.none(), st.integers(0, 120)), label="final_block")
     lo = max(0, _anchor(data.draw, g, r, F) - data.draw(st.integers(0, 12), label="back"))
     hi = lo + data.draw(st.integers(0, 30), label="span")
-    got = irules.reachable_block_mask(lo, hi, g, r.prompt_tokens, F)
+    got = imask.reachable_block_mask(lo, hi, g, r.prompt_tokens, F)
     if g.dense:
         assert got is None
         # The spec's block_reachable includes the dense fallback.
@@ -98,7 +99,7 @@ def test_block_mask_equals_spec(cfg, data):
     assert got is not None and len(got) == hi - lo
     for i in range(lo, hi):
         spec = ev.block_reachable(i, F)
-        assert irules.block_reachable(i, g, r.prompt_tokens, F) == spec, (i, F)
+        assert imask.block_reachable(i, g, r.prompt_tokens, F) == spec, (i, F)
         assert got[i - lo] == spec, (i, F)
 
 
@@ -112,7 +113,7 @@ def test_chunk_mask_equals_spec(cfg, data):
     lo = max(0, anchor // g.blocks_per_chunk - data.draw(st.integers(0, 8), label="back"))
     for c in range(lo, lo + data.draw(st.integers(1, 20), label="span")):
         spec = ev.chunk_reachable(c, None if F is None else F * g.blocks_per_chunk)
-        assert irules.chunk_reachable(c, g, r.prompt_tokens, F) == spec, (c, F)
+        assert imask.chunk_reachable(c, g, r.prompt_tokens, F) == spec, (c, F)
 
 
 # ---------------------------------------------------------------------------
@@ -241,7 +242,7 @@ def test_final_tail_with_retention_interval():
     # final_segment_end_block=250) returns 246..249 (run on 0.33.0).
     g = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=72)
     r = RequestConfig(prompt_tokens=1200)
-    impl = {i for i in range(243, 250) if irules.block_reachable(i, g, 1200, 250)}
+    impl = {i for i in range(243, 250) if imask.block_reachable(i, g, 1200, 250)}
     assert impl == {246, 247, 248, 249}
     ev = Evaluator(g, r)
     assert {i for i in range(243, 250) if ev.block_reachable(i, 250)} == impl
