@@ -124,14 +124,17 @@ def lookup_window_chunks(g: GroupConfig) -> int:
     return cdiv(g.mask_window_tokens, g.chunk_tokens) + g.shift
 
 
-def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int) -> bool:
+def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int,
+                       replay_short_by: int = 0) -> bool:
     """``lookup-window`` keeps chunk ``c`` iff it lies in
     ``[b - lookup_window_chunks, b + shift)`` for a boundary ``b`` (chunks) a
     later lookup can end at: every multiple of the segment (alignment; the
     retention interval when set; none for interval 0) and, with a retention
     interval, the repeated prompt's ``floor(P' / A) * A`` (``P'``: the
     prompt's offloadable tokens, where its hit ends). Dense when the
-    alignment is not a whole number of chunks (or there is none)."""
+    alignment is not a whole number of chunks (or there is none).
+    ``replay_short_by``: the mutant whose replay run starts that many chunks
+    late (``tests/test_impl_equals_spec.py`` must tell it apart)."""
     A, C = g.alignment_tokens, g.chunk_tokens
     if A is None or A % C:
         return True
@@ -144,7 +147,7 @@ def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int) -
             return True
     if g.retention_interval is not None:
         b = prompt_offloadable_tokens // A * (A // C)
-        if b >= 1 and b - ws <= c < b + shift:
+        if b >= 1 and b - ws + replay_short_by <= c < b + shift:
             return True
     return False
 
