@@ -93,7 +93,7 @@ def block_reachable(
     replay boundary ``num_prompt_tokens - 1`` aligned down.
     """
     need, shift, per_segment = g.need, g.shift, g.per_segment
-    if per_segment is not None:
+    if g.has_segments:  # not dense: an alignment of whole blocks, so per_segment is set
         if _segment_tail(block, per_segment, need, shift):
             return True
         F = final_segment_end_block
@@ -157,14 +157,14 @@ def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens:
         return None
     n = end_block - start_block
     mask = [False] * n
-    per_segment = g.per_segment
+    per_segment = g.per_segment  # set when g.has_segments (not dense)
 
     def fill(lo: int, hi: int) -> None:
         lo, hi = max(lo, start_block), min(hi, end_block)
         if lo < hi:
             mask[lo - start_block : hi - start_block] = [True] * (hi - lo)
 
-    if per_segment is not None:
+    if g.has_segments:
         # Segment-boundary tails repeat with period per_segment: one segment's pattern
         # (per_segment - need misses, need hits), rotated to start_block and repeated.
         offset = (start_block - shift) % per_segment
