@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import deal
 
 from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the default mode)
-from kvreach.impl import mask
+from kvreach.impl import mask  # called as mask.X: a substituted mask (tests/test_docs.py) sees store_step's calls too
 from kvreach.impl.oracles import horizon_is_final, submitted_wanted
 from kvreach.params import RULES, GroupConfig, RequestConfig, cdiv, check_rule
 
