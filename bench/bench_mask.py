@@ -19,7 +19,7 @@ from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
 from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
 from kvreach.impl import contracts
-from kvreach.impl.rules import reachable_block_mask
+from kvreach.impl.mask import reachable_block_mask
 from kvreach.params import GroupConfig
 
 CASES = {

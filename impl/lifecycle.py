@@ -24,8 +24,46 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from kvreach.impl.load import needed_chunks, wanted_chunks
-from kvreach.impl.rules import finish_tokens, shared_prefix_tail_chunks, storable_chunks, store_step
+from kvreach.impl.mask import shared_prefix_tail_chunks
+from kvreach.impl.rules import StoreStep, finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
+
+
+@dataclass(frozen=True)
+class StoreJobs:
+    """What one ``OffloadingConnectorScheduler._build_store_jobs`` call sees
+    and decides for one group (:func:`build_store_jobs`).
+
+    offloadable_tokens: ``_calc_num_offloadable_tokens`` of the step.
+    num_chunks: ``RequestOffloadState.storable_chunks`` (capped by the
+        allocated chunks when given).
+    store: the rule's store step over them (mask, horizon, cursor).
+    """
+
+    offloadable_tokens: int
+    num_chunks: int
+    store: StoreStep
+
+
+def build_store_jobs(rule: str, g: GroupConfig, req: RequestConfig, cursor: int,
+                     tokens_after_batch: int, num_tokens: int, finished: bool, *,
+                     bookkeeping_rule: str | None = None,
+                     allocated_chunks: int | None = None) -> StoreJobs:
+    """The one per-step pipeline of the store side (the twin of
+    ``kvreach.spec.lifecycle.transition``'s store part): offloadable tokens
+    (``num_tokens_after_batch``, ``Request.num_tokens``) -> ``storable_chunks``
+    -> ``store_step`` under ``rule`` (mask, horizon, cursor).
+
+    bookkeeping_rule: the rule whose ``storable_chunks`` counts (default
+        ``rule``; kvreach's connector keeps vLLM 0.33.0's whatever its rule).
+    allocated_chunks: ``RequestOffloadState.storable_chunks``' cap by the
+        allocated and keyed chunks (None: enough).
+    """
+    off = req.offloadable(tokens_after_batch, num_tokens)
+    n = storable_chunks(bookkeeping_rule or rule, g, req, off, finished)
+    if allocated_chunks is not None:
+        n = min(n, allocated_chunks)
+    return StoreJobs(off, n, store_step(rule, g, req, cursor, n, finished))
 
 
 @dataclass(frozen=True)
@@ -165,9 +203,8 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
 
     def apply(kind: str, scheduled: int, tokens_after: int, finished: bool, in_flight=False):
         nonlocal cursor
-        off = req.offloadable(tokens_after, num_tokens)
-        n = storable_chunks(rule, g, req, off, finished)
-        w = store_step(rule, g, req, cursor, n, finished)
+        jobs = build_store_jobs(rule, g, req, cursor, tokens_after, num_tokens, finished)
+        off, n, w = jobs.offloadable_tokens, jobs.num_chunks, jobs.store
         steps.append(Step(
             len(steps) + 1, kind, scheduled, computed, num_tokens, tokens_after,
             off, n, cursor, w.next_cursor, w.start_chunk, w.chunks, in_flight,
@@ -281,11 +318,9 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     else:
         raise ParamError("kind", k, f"one of {_STORING + _QUIET}")
     ends = k in ("finish", "abort")
-    off = req.offloadable(tokens_after, nt)
-    n = storable_chunks(rule, g, req, off, ends)
-    if st.allocated_chunks is not None:  # RequestOffloadState.storable_chunks' cap
-        n = min(n, st.allocated_chunks)
-    w = store_step(rule, g, req, cursor, n, ends)
+    jobs = build_store_jobs(rule, g, req, cursor, tokens_after, nt, ends,
+                            allocated_chunks=st.allocated_chunks)
+    n, w = jobs.num_chunks, jobs.store
     kept = set(w.chunks) | shared_prefix_tail_chunks(rule, g, st.shared_prefix_boundary,
                                                      w.start_chunk, n)
     offered = tuple(sorted(kept - set(st.null)))

@@ -40,7 +40,7 @@ from typing import Sequence
 import deal
 
 from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the default mode)
-from kvreach.params import ParamError, cdiv
+from kvreach.params import ParamError, _need_int, cdiv
 
 
 # The lookup variants: ``get_sliding_window_size_in_chunks`` as vLLM 0.33.0
@@ -64,11 +64,6 @@ class Answer(enum.Enum):
     HIT_PENDING = "hit_pending"
     RETRY = "retry"
     MISS = "miss"
-
-
-def _need_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ParamError(name, value, f"an integer >= {minimum}")
 
 
 @dataclass(frozen=True)

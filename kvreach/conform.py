@@ -14,7 +14,7 @@ runs in milliseconds per case. What the stubs stand in for is named at each
 harness below; nothing of kvreach is handed to the extracted code except the
 inputs, and 0.29.0's ``alignment_chunk_count`` (computed inside
 ``SchedulerOffloadConfig.from_spec``, which needs a whole ``VllmConfig``),
-which comes from ``kvreach.impl.rules.v029_alignment_chunk_count``.
+which comes from ``kvreach.impl.mask.v029_alignment_chunk_count``.
 
 Each *role* (a function, or a method driven through a harness) is run on
 the same seeded random inputs for the tree and for every record's kvreach
@@ -39,7 +39,7 @@ from typing import Callable
 
 from kvreach.impl import lookup as lk
 from kvreach.impl import release_rules as rel
-from kvreach.impl import rules
+from kvreach.impl import mask
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv
 from kvreach.releases import RELEASES, Release
 
@@ -539,7 +539,7 @@ def _tree_store(x, ex: Extracted):
         boundaries = (x["P"] - 1,) if g.retention_interval is not None else ()
         m = ex.fns["store_mask"](self, gc, x["lo"], x["hi"], x["final"], boundaries)
         return ("mask", None if m is None else tuple(m))
-    acc = rules.v029_alignment_chunk_count(g)  # from_spec's nested helper (see the module doc)
+    acc = mask.v029_alignment_chunk_count(g)  # from_spec's nested helper (see the module doc)
     w = ex.fns["window"](SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens),
                          g.chunk_tokens)
     return ("chunk", ex.fns["store_rule"](x["chunk"], x["count"], acc, w, g.eagle))
@@ -548,10 +548,10 @@ def _tree_store(x, ex: Extracted):
 def _twin_store(x, r: Release):
     g: GroupConfig = x["g"]
     if r.store_rule == "vllm-0.29":
-        return ("chunk", rules.v029_chunk_reachable(x["chunk"], x["count"], g))
+        return ("chunk", mask.v029_chunk_reachable(x["chunk"], x["count"], g))
     gm = rel.mask_group(r, g)
     bpc = g.blocks_per_chunk
-    m = rules.reachable_block_mask(x["lo"] * bpc, x["hi"] * bpc, gm, x["P"],
+    m = mask.reachable_block_mask(x["lo"] * bpc, x["hi"] * bpc, gm, x["P"],
                                    None if x["final"] is None else x["final"] * bpc)
     return ("mask", None if m is None else tuple(m))
 
@@ -587,7 +587,7 @@ def _tree_store_jobs(x, ex: Extracted):
         group_idx=0, tokens_per_block=g.block_tokens, tokens_per_chunk=C,
         sliding_window_size_in_chunks=window, kv_cache_spec=spec, manager_cls=mgr,
         is_eagle_group=g.eagle, requires_cow_source=False,
-        alignment_chunk_count=rules.v029_alignment_chunk_count(g))
+        alignment_chunk_count=mask.v029_alignment_chunk_count(g))
     config = types.SimpleNamespace(
         blocks_per_chunk=bpc, kv_group_configs=(gc,), alignment_tokens=g.alignment_tokens,
         retention_interval=None, dcp_world_size=g.dcp_world_size,

@@ -67,6 +67,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 def _need_int(name: str, value: object, minimum: int) -> None:
+    """Refuse ``value`` for parameter ``name`` unless it is an integer (not a
+    bool) of at least ``minimum``: the one check of every integer parameter
+    (here and in ``kvreach.impl.lookup``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ParamError(name, value, f"an integer >= {minimum}")
 
@@ -199,8 +202,23 @@ class GroupConfig:
         )
 
     @property
+    def has_segments(self) -> bool:
+        """Segment boundaries exist (``kvreach.spec.config.SymConfig.has_segments``,
+        the same definition): no alignment (every chunk boundary, the load
+        side's granularity; the mask is dense) or a retention interval other
+        than 0. The mask reads this flag, never :attr:`per_segment` being None."""
+        return self.alignment_tokens is None or self.retention_interval != 0
+
+    @property
     def per_segment(self) -> int | None:
-        """Blocks per segment, when segments exist and are representable."""
+        """Blocks per segment of the mask (vLLM's ``per_segment``), for a
+        sparse-capable group with segments: :attr:`has_segments` and an
+        alignment of whole blocks (:attr:`representable`). None for every
+        other group, where the mask does not read it: no alignment (dense;
+        the spec's ``SymConfig.per_segment`` is then ``blocks_per_chunk``,
+        the load side's boundary step, ``kvreach.impl.load`` steps by the
+        chunk itself), retention interval 0 (no segments), an alignment of
+        part blocks (dense)."""
         segment_tokens = self.segment_tokens
         if segment_tokens is None or not self.representable:
             return None
@@ -208,11 +226,12 @@ class GroupConfig:
 
     @property
     def dense(self) -> bool:
-        """``reachable_block_mask`` returns None (store every block)."""
+        """``reachable_block_mask`` returns None (store every block); as
+        ``SymConfig.dense``: no (representable) alignment, or segments whose
+        tail ``need`` fills them."""
         if not self.representable:
             return True
-        per_segment = self.per_segment
-        return per_segment is not None and self.need >= per_segment
+        return self.has_segments and self.need >= self.segment_tokens // self.block_tokens
 
     @property
     def final_alignment_blocks(self) -> int | None:

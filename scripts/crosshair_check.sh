@@ -6,8 +6,8 @@
 #
 # Two runs, in parallel (one per core):
 #  1. the impl modules as they are (symbolic GroupConfig/RequestConfig,
-#     unbounded ints): every deal-decorated function in kvreach.impl.rules,
-#     kvreach.impl.load and kvreach.impl.lookup (the offload lookup's twin:
+#     unbounded ints): every deal-decorated function in kvreach.impl.mask,
+#     kvreach.impl.rules, kvreach.impl.load and kvreach.impl.lookup (the offload lookup's twin:
 #     its scan loop against its closed form, loads only HIT keys),
 #     --per_condition_timeout=$T_IMPL CPU seconds each;
 #  2. the plain-int harness tests/conformance/crosshair_targets.py (mask_real,
@@ -24,7 +24,7 @@ out=$(mktemp -d)
 start=$(date +%s)
 
 timeout 400 $RUN check --analysis_kind=deal --per_condition_timeout="$T_IMPL" \
-    kvreach.impl.rules kvreach.impl.load kvreach.impl.lookup >"$out/impl" 2>&1 &
+    kvreach.impl.mask kvreach.impl.rules kvreach.impl.load kvreach.impl.lookup >"$out/impl" 2>&1 &
 p1=$!
 timeout 290 $RUN check --analysis_kind=deal --per_condition_timeout="$T_HARNESS" \
     crosshair_targets.mask_real crosshair_targets.horizon_real \

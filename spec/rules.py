@@ -100,7 +100,7 @@ def v029_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
     return StoreStep(submitted, _max(cursor, n), mask.v029_window_chunks(s, wc))
 
 
-def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
+def lookup_window_keep(s: SymConfig, c, short_by: int = 0, replay_short_by: int = 0) -> z3.BoolRef:
     """``kvreach.impl.rules.lookup_window_keep``: chunk ``c`` lies in
     ``[b - ws, b + shift)`` for a boundary ``b`` (chunks) a later lookup can end
     at, ``ws = ceil((W + extra) / C) + shift`` (``s.W`` is the mask window
@@ -108,7 +108,10 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     and ``k * segment_chunks > c - shift``) and, with a retention interval, the repeated
     prompt's boundary ``floor(P' / A) * A``, ``P'`` the prompt's offloadable
     tokens. Dense when the alignment is not a whole
-    number of chunks. ``short_by``: the mutant keeping a shorter run."""
+    number of chunks. ``short_by``: the mutant keeping a shorter run;
+    ``replay_short_by``: the mutant whose replay run starts that many chunks
+    late (``tests/test_impl_equals_spec.py`` must tell it apart; 0 adds no
+    term, so the rule's Z3 text is the same as without the parameter)."""
     from kvreach.spec.lookup import cdiv
 
     C, shift = s.C, s.shift
@@ -117,7 +120,8 @@ def lookup_window_keep(s: SymConfig, c, short_by: int = 0) -> z3.BoolRef:
     k = (c + ws) / segment_chunks
     in_seg = z3.And(s.retention_mode != RetentionMode.ZERO, k >= 1, k * segment_chunks > c - shift)
     b = s.prompt_offloadable / s.A * (s.A / C)
-    in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, b - ws <= c, c < b + shift)
+    replay_lo = b - ws if replay_short_by == 0 else b - ws + replay_short_by
+    in_replay = z3.And(s.retention_mode != RetentionMode.NONE, b >= 1, replay_lo <= c, c < b + shift)
     return z3.Or(z3.Not(s.has_align), s.A % C != 0, in_seg, in_replay)
 
 

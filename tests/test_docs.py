@@ -352,22 +352,23 @@ def test_layering():
 
 def test_layering_within_spec_and_impl_is_one_way():
     """config -> load, mask, lookup -> rules -> lifecycle -> evaluate;
-    contracts -> load, lookup -> rules, monitor -> lifecycle, worlds; the
-    connector: metrics -> vllm_copy; options, groups -> scheduler -> connector
-    -> vllm_connector (the configured path). A module imports only modules
-    ranked below it."""
+    contracts -> load, lookup -> oracles -> mask -> rules, monitor -> lifecycle,
+    release_rules, worlds; the connector: metrics -> vllm_copy; options, groups ->
+    scheduler -> connector -> vllm_connector (the configured path). A module
+    imports only modules ranked below it."""
     rank = {
         "kvreach.spec.config": 0, "kvreach.spec.load": 1, "kvreach.spec.mask": 1,
         "kvreach.spec.lookup": 1,
         "kvreach.spec.rules": 2, "kvreach.spec.lifecycle": 3, "kvreach.spec.evaluate": 4,
         "kvreach.impl.contracts": 0, "kvreach.impl.load": 1, "kvreach.impl.lookup": 1,
-        "kvreach.impl.rules": 2, "kvreach.impl.monitor": 2,
-        "kvreach.impl.lifecycle": 3, "kvreach.impl.worlds": 4,
-        "kvreach.impl.release_rules": 3,
+        "kvreach.impl.oracles": 2, "kvreach.impl.mask": 3,
+        "kvreach.impl.rules": 4, "kvreach.impl.monitor": 4,
+        "kvreach.impl.lifecycle": 5, "kvreach.impl.worlds": 6,
+        "kvreach.impl.release_rules": 5,
         "kvreach.impl.vllm": 0, "kvreach.impl.vllm.metrics": 0, "kvreach.impl.vllm.vllm_copy": 1,
-        "kvreach.impl.vllm.options": 3, "kvreach.impl.vllm.groups": 3,
-        "kvreach.impl.vllm.scheduler": 4, "kvreach.impl.vllm.connector": 5,
-        "kvreach.impl.vllm_connector": 6,
+        "kvreach.impl.vllm.options": 5, "kvreach.impl.vllm.groups": 5,
+        "kvreach.impl.vllm.scheduler": 6, "kvreach.impl.vllm.connector": 7,
+        "kvreach.impl.vllm_connector": 8,
     }
     g = import_graph()
     assert set(rank) == {m for m in g if _in(m, "kvreach.spec", "kvreach.impl")
@@ -460,10 +461,10 @@ def _v029_is_store_reachable(src029: Path):
 def formulas_run():
     """Run every ``>>>`` example of formulas.md (one namespace, in order),
     recording each mask and 0.29 decision the examples compute."""
-    from kvreach.impl import rules
+    from kvreach.impl import mask as impl_mask
 
     calls: dict[str, list] = {"mask": [], "v029": []}
-    orig_mask, orig_029 = rules.reachable_block_mask, rules.v029_chunk_reachable
+    orig_mask, orig_029 = impl_mask.reachable_block_mask, impl_mask.v029_chunk_reachable
 
     def mask(start_block, end_block, g, prompt_tokens, final_segment_end_block=None):
         out = orig_mask(start_block, end_block, g, prompt_tokens, final_segment_end_block)
@@ -480,12 +481,12 @@ def formulas_run():
     src = "\n".join(b for info, b in fenced_blocks(text) if info == "python" and ">>>" in b)
     test = doctest.DocTestParser().get_doctest(src, {}, "formulas.md", str(DOCS / "formulas.md"), 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    rules.reachable_block_mask, rules.v029_chunk_reachable = mask, v029
+    impl_mask.reachable_block_mask, impl_mask.v029_chunk_reachable = mask, v029
     out: list[str] = []
     try:
         result = runner.run(test, out=out.append)
     finally:
-        rules.reachable_block_mask, rules.v029_chunk_reachable = orig_mask, orig_029
+        impl_mask.reachable_block_mask, impl_mask.v029_chunk_reachable = orig_mask, orig_029
     return result, "".join(out), calls
 
 
@@ -520,7 +521,7 @@ def test_formulas_masks_equal_vllm(formulas_run):
 
 
 def test_formulas_029_decisions_equal_vllm_029(formulas_run, src029):
-    from kvreach.impl.rules import v029_alignment_chunk_count, v029_window_chunks
+    from kvreach.impl.mask import v029_alignment_chunk_count, v029_window_chunks
 
     is_store_reachable_swa_chunk = _v029_is_store_reachable(src029)
     _, _, calls = formulas_run

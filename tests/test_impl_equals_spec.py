@@ -12,6 +12,18 @@ multiplies every test's example count by ``k`` (a deeper search off CI).
 The final-segment tail with a retention interval > 0 (``per_segment =
 retention_interval // B``) was once dropped by the spec; vLLM 0.33.0 and impl
 keep it. ``test_final_tail_with_retention_interval`` pins the fixed case.
+
+Random draws seldom put a rule's edge inside the chunks they compare, so the
+edges are also compared on a fixed grid (``BOUNDARY_GRID``, every rule, EAGLE
+or not, retention None / 0 / > 0 with no segment run over the replay run's first chunk):
+every segment boundary's run or tail, the retention replay run or tail, the
+EAGLE shift of each. ``test_store_step_equals_spec_at_boundaries`` fails
+when one side alone moves an edge by one chunk: planted by hand, ``b - ws <=
+c`` made ``b - ws < c`` in ``lookup_window_keep``'s replay run of
+``kvreach.spec.rules`` alone, then of ``kvreach.impl.rules`` alone, failed it
+both times, in the 16 grid configurations with a retention interval;
+``test_boundary_check_rejects_replay_run_mutants`` keeps that plant as the
+mutation parameter ``replay_short_by`` of either side.
 """
 
 from __future__ import annotations
@@ -23,9 +35,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvreach.impl import load as iload
+from kvreach.impl import mask as imask
 from kvreach.impl import rules as irules
 from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.params import LOAD_MODELS, RULES, GroupConfig, RequestConfig
+import z3
+
+from kvreach.spec import rules as srules
 from kvreach.spec.evaluate import Evaluator
 
 SCALE = int(os.environ.get("KVREACH_EQ_SCALE", "1"))
@@ -89,7 +105,7 @@ def test_block_mask_equals_spec(cfg, data):
     F = data.draw(st.one_of(st.none(), st.integers(0, 120)), label="final_block")
     lo = max(0, _anchor(data.draw, g, r, F) - data.draw(st.integers(0, 12), label="back"))
     hi = lo + data.draw(st.integers(0, 30), label="span")
-    got = irules.reachable_block_mask(lo, hi, g, r.prompt_tokens, F)
+    got = imask.reachable_block_mask(lo, hi, g, r.prompt_tokens, F)
     if g.dense:
         assert got is None
         # The spec's block_reachable includes the dense fallback.
@@ -98,7 +114,7 @@ def test_block_mask_equals_spec(cfg, data):
     assert got is not None and len(got) == hi - lo
     for i in range(lo, hi):
         spec = ev.block_reachable(i, F)
-        assert irules.block_reachable(i, g, r.prompt_tokens, F) == spec, (i, F)
+        assert imask.block_reachable(i, g, r.prompt_tokens, F) == spec, (i, F)
         assert got[i - lo] == spec, (i, F)
 
 
@@ -112,7 +128,7 @@ def test_chunk_mask_equals_spec(cfg, data):
     lo = max(0, anchor // g.blocks_per_chunk - data.draw(st.integers(0, 8), label="back"))
     for c in range(lo, lo + data.draw(st.integers(1, 20), label="span")):
         spec = ev.chunk_reachable(c, None if F is None else F * g.blocks_per_chunk)
-        assert irules.chunk_reachable(c, g, r.prompt_tokens, F) == spec, (c, F)
+        assert imask.chunk_reachable(c, g, r.prompt_tokens, F) == spec, (c, F)
 
 
 # ---------------------------------------------------------------------------
@@ -241,7 +257,89 @@ def test_final_tail_with_retention_interval():
     # final_segment_end_block=250) returns 246..249 (run on 0.33.0).
     g = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=72)
     r = RequestConfig(prompt_tokens=1200)
-    impl = {i for i in range(243, 250) if irules.block_reachable(i, g, 1200, 250)}
+    impl = {i for i in range(243, 250) if imask.block_reachable(i, g, 1200, 250)}
     assert impl == {246, 247, 248, 249}
     ev = Evaluator(g, r)
     assert {i for i in range(243, 250) if ev.block_reachable(i, 250)} == impl
+
+
+# ---------------------------------------------------------------------------
+# every rule's edges on a fixed grid: segment boundaries, the retention replay
+# run / tail, the EAGLE shift (a one-chunk change on either side fails these)
+# ---------------------------------------------------------------------------
+
+# B = 4, W = 8 (need0 2), A = 32 (8 blocks): sparse for vllm-0.33 at 1 or 2
+# blocks per chunk. The replay boundary of lookup-window, floor(P' / A) * A,
+# is 96 tokens (P' = 100) or 64 (max_offload_tokens 70); the retention
+# interval 9 chunks puts no segment run over
+# the replay run's first chunk in any of them.
+BOUNDARY_GRID = [
+    (GroupConfig(block_size=4, window=8, alignment_tokens=32, blocks_per_chunk=bpc,
+                 eagle=eagle, retention_interval=None if R is None else R * 4 * bpc),
+     RequestConfig(prompt_tokens=100, max_offload_tokens=max_off))
+    for bpc in (1, 2) for eagle in (False, True) for R in (None, 0, 9)
+    for max_off in ((None,) if R is None else (None, 70))
+]
+
+
+def _grid_id(cfg) -> str:
+    g, r = cfg
+    return (f"bpc{g.blocks_per_chunk}-{'eagle' if g.eagle else 'plain'}-R{g.retention_interval}"
+            f"-maxoff{r.max_offload_tokens}")
+
+
+def _grid_num_chunks(g: GroupConfig, r: RequestConfig) -> int:
+    """Chunks past every edge of the grid's rules: the prompt horizon plus
+    the replay run's EAGLE chunk and a margin."""
+    return irules.prompt_horizon_chunks(g, r) + irules.lookup_window_chunks(g) + 3
+
+
+def _replay_run_first_chunk(g: GroupConfig, r: RequestConfig) -> int:
+    """``b - ws`` of lookup-window's replay run (test-data anchor only)."""
+    A, C = g.alignment_tokens, g.chunk_tokens
+    return r.prompt_offloadable_tokens // A * (A // C) - irules.lookup_window_chunks(g)
+
+
+@pytest.mark.parametrize("cfg", BOUNDARY_GRID, ids=_grid_id)
+def test_store_step_equals_spec_at_boundaries(cfg):
+    """Every chunk of one store step, for every rule, on the grid: running
+    from cursor 0, finished from cursor 0 and finished from a late cursor
+    (the end-of-request reconsideration)."""
+    g, r = cfg
+    ev = Evaluator(g, r)
+    n = _grid_num_chunks(g, r)
+    for rule in RULES:
+        steps = [(True, 0)] if rule == "lookup-window" else [(False, 0), (True, 0), (True, n - 4)]
+        for finished, cursor in steps:
+            w = irules.store_step(rule, g, r, cursor, n, finished)
+            got = {c for c in range(n + 2) if ev.submitted(rule, cursor, n, finished, c)}
+            assert set(w.chunks) == got, (rule, finished, cursor, n)
+
+
+def _keep_differs(g: GroupConfig, r: RequestConfig, ev: Evaluator,
+                  impl_short_by: int = 0, spec_short_by: int = 0) -> list[int]:
+    """Chunks where impl's and the spec's ``lookup_window_keep`` differ,
+    either side's replay run started late by its ``*_short_by``."""
+    P = r.prompt_offloadable_tokens
+    return [c for c in range(_grid_num_chunks(g, r) + 2)
+            if irules.lookup_window_keep(c, g, P, replay_short_by=impl_short_by)
+            != ev.value(srules.lookup_window_keep(ev.s, z3.IntVal(c),
+                                                  replay_short_by=spec_short_by))]
+
+
+@pytest.mark.parametrize("side", ["spec", "impl"])
+def test_boundary_check_rejects_replay_run_mutants(side):
+    """The plant ``b - ws <= c`` -> ``<`` in lookup-window's replay run, on one
+    side only, is told apart on the grid (at the run's first chunk ``b - ws``,
+    for every configuration with a retention interval), and the true rules
+    agree there."""
+    caught = 0
+    for g, r in BOUNDARY_GRID:
+        if g.retention_interval is None:
+            continue
+        ev = Evaluator(g, r)
+        assert _keep_differs(g, r, ev) == []
+        short = {"impl_short_by": 1} if side == "impl" else {"spec_short_by": 1}
+        assert _keep_differs(g, r, ev, **short) == [_replay_run_first_chunk(g, r)], (g, r)
+        caught += 1
+    assert caught == 16

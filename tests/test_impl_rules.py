@@ -8,9 +8,8 @@ import pytest
 
 from kvreach.impl import load as iload
 from kvreach.impl.lifecycle import Lifecycle, run
-from kvreach.impl.rules import (
-    block_reachable, chunk_reachable, reachable_block_mask, store_horizon_chunks, store_step,
-)
+from kvreach.impl.mask import block_reachable, chunk_reachable, reachable_block_mask
+from kvreach.impl.rules import store_horizon_chunks, store_step
 from kvreach.proofs.scenarios import PR_54362
 from kvreach.params import (
     GroupConfig, ParamError, RequestConfig, check_load_model, check_rule,

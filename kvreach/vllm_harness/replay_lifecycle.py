@@ -40,9 +40,9 @@ from itertools import accumulate
 
 from vllm.v1.kv_offload.base import LookupResult
 
-from kvreach.impl.lifecycle import Lifecycle, run as kvreach_run
+from kvreach.impl.lifecycle import Lifecycle, build_store_jobs, run as kvreach_run
 from kvreach.impl.load import wanted_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
+from kvreach.impl.rules import finish_tokens, store_step
 from kvreach.params import GroupConfig, RequestConfig
 from kvreach.vllm_harness.lookups import LookupRecorder, later_tokens, lookups_by_length
 from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa
@@ -132,8 +132,8 @@ def connector_selection(rule: str, g: GroupConfig, req: RequestConfig,
         ends = st["kind"] in ("finish", "abort")
         tab = (finish_tokens("vllm-0.33", req, st["num_tokens"]) if st["kind"] == "finish"
                else st["tokens_after_batch"])
-        n = storable_chunks("vllm-0.33", g, req, req.offloadable(tab, st["num_tokens"]), ends)
-        w = store_step(rule, g, req, cursor, n, ends)
+        w = build_store_jobs(rule, g, req, cursor, tab, st["num_tokens"], ends,
+                             bookkeeping_rule="vllm-0.33").store
         out.append(list(w.chunks))
         cursor = w.next_cursor
     return out

@@ -1,6 +1,6 @@
 """CrossHair targets: plain-int adapters around kvreach.impl rules, and
 mutants carrying the *same* deal contracts. A mutant is the one rule with one
-mutation parameter set (``rules._block_mask``'s ``need`` / ``shift``,
+mutation parameter set (``mask._block_mask``'s ``need`` / ``shift``,
 ``rules._store_horizon`` / ``rules._store_step``'s ``frontier_final``,
 ``lookup.scan``'s ``reset_window_on_break``), never a copy of it.
 
@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import deal
 
-from kvreach.impl import rules
-from kvreach.impl.rules import (
-    horizon_is_final,
-    mask_matches_hits,
-    store_horizon_chunks,
-    submitted_wanted,
-)
+from kvreach.impl import mask, rules
+from kvreach.impl.oracles import horizon_is_final, mask_matches_hits, submitted_wanted
+from kvreach.impl.rules import store_horizon_chunks
 from kvreach.params import GroupConfig, RequestConfig, cdiv
 
 # ---------------------------------------------------------------------------
@@ -103,7 +99,7 @@ def _mask_post(
 
 
 def mask_contract(f):
-    """The contract of ``rules.reachable_block_mask`` (``mask_matches_hits``)
+    """The contract of ``mask.reachable_block_mask`` (``mask_matches_hits``)
     over plain ints, within the bounds above."""
     return deal.pre(_mask_bounds)(deal.ensure(_mask_post)(f))
 
@@ -115,7 +111,7 @@ def mask_real(
     start_block: int, end_block: int, final_segment_end_block: int | None,
 ) -> list[bool] | None:
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
-    return rules.reachable_block_mask(
+    return mask.reachable_block_mask(
         start_block, end_block, g, prompt_tokens, final_segment_end_block
     )
 
@@ -129,7 +125,7 @@ def mask_need_ceil_w(
     """MUTANT: need = ceil(W / B) (+ EAGLE block) instead of ceil((W - 1) / B)."""
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
     need = cdiv(g.window, g.block_tokens) + g.shift
-    return rules._block_mask(
+    return mask._block_mask(
         start_block, end_block, g, prompt_tokens, final_segment_end_block, need, g.shift
     )
 
@@ -142,7 +138,7 @@ def mask_no_eagle_shift(
 ) -> list[bool] | None:
     """MUTANT: the EAGLE shift of the matched run dropped (shift = 0)."""
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
-    return rules._block_mask(
+    return mask._block_mask(
         start_block, end_block, g, prompt_tokens, final_segment_end_block, g.need, 0
     )
 

@@ -17,7 +17,7 @@ mask, final_segment_end_block None or end_block..4096.
 
 from __future__ import annotations
 
-from kvreach.impl import rules
+from kvreach.impl import mask, rules
 from kvreach.params import GroupConfig, RequestConfig
 
 OUT_OF_BOUNDS = "out of bounds"
@@ -67,7 +67,7 @@ def impl_mask(
         dcp_world_size=dcp_world_size, eagle=eagle,
         retention_interval=retention_interval,
     )
-    return rules.reachable_block_mask(
+    return mask.reachable_block_mask(
         start_block, end_block, g, prompt_tokens, final_segment_end_block
     )
 

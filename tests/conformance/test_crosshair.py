@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import _crosshair
 import crosshair_targets as T
-from kvreach.impl import contracts, rules
+from kvreach.impl import contracts, mask
 from kvreach.params import GroupConfig, ParamError
 
 # name -> per-condition CPU timeout. Mutants stop at their first
@@ -67,7 +67,7 @@ def test_crosshair_real_rule_has_no_counterexample(crosshair_runs, name):
     assert r.returncode == 0 and not r.errors, (r.returncode, r.stdout, r.stderr[-2000:])
 
 
-# The mask mutants call rules._block_mask, rules.reachable_block_mask's body
+# The mask mutants call mask._block_mask, mask.reachable_block_mask's body
 # with need/shift as parameters. With the true values it must be the real
 # function, so each mutant differs from the real rule only by its injected fault.
 @settings(max_examples=400, deadline=None)
@@ -84,6 +84,6 @@ def test_mask_body_is_faithful(B, W, A, eagle, dcp, R, P, start, span, F):
     except ParamError:
         return
     end = start + span
-    assert rules._block_mask(start, end, g, P, F, g.need, g.shift) == rules.reachable_block_mask(
+    assert mask._block_mask(start, end, g, P, F, g.need, g.shift) == mask.reachable_block_mask(
         start, end, g, P, F
     )

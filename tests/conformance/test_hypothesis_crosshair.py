@@ -1,7 +1,7 @@
 """hypothesis-crosshair backend on a core property (marked slow; not for CI).
 
 Property: ``reachable_block_mask`` keeps exactly the blocks some hit boundary
-reads (``rules.mask_matches_hits``), for both the real rule and the
+reads (``oracles.mask_matches_hits``), for both the real rule and the
 ``need = ceil(W / B)`` mutant (which must fail). Run with
 ``pytest -m slow tests/conformance/test_hypothesis_crosshair.py``.
 """
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvreach.impl import rules
+from kvreach.impl import mask, oracles
 from kvreach.params import GroupConfig
 
 pytest.importorskip("hypothesis_crosshair_provider")
@@ -39,8 +39,8 @@ def _case(B, W, m, eagle, start, span, F):
 @given(**inputs)
 def test_mask_keeps_exactly_hit_blocks_crosshair(B, W, m, eagle, start, span, F):
     g, end, F = _case(B, W, m, eagle, start, span, F)
-    res = rules.reachable_block_mask(start, end, g, 1, F)
-    assert rules.mask_matches_hits(start, end, g, 1, F, res)
+    res = mask.reachable_block_mask(start, end, g, 1, F)
+    assert oracles.mask_matches_hits(start, end, g, 1, F, res)
 
 
 @pytest.mark.slow
@@ -50,8 +50,8 @@ def test_mutant_fails_under_crosshair_backend():
     def prop(B, W, m, eagle, start, span, F):
         g, end, F = _case(B, W, m, eagle, start, span, F)
         need = -(-W // g.block_tokens) + g.shift
-        res = rules._block_mask(start, end, g, 1, F, need, g.shift)
-        assert rules.mask_matches_hits(start, end, g, 1, F, res)
+        res = mask._block_mask(start, end, g, 1, F, need, g.shift)
+        assert oracles.mask_matches_hits(start, end, g, 1, F, res)
 
     with pytest.raises(AssertionError):
         prop()

@@ -46,7 +46,8 @@ from hypothesis.stateful import (
 
 from kvreach.impl import contracts
 from kvreach.impl.load import wanted_chunks
-from kvreach.impl.rules import finish_tokens, storable_chunks, store_step
+from kvreach.impl.lifecycle import build_store_jobs
+from kvreach.impl.rules import finish_tokens
 from kvreach.params import GroupConfig, ParamError, RequestConfig
 
 RULE = "vllm-0.33"
@@ -112,9 +113,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     # --- one _build_store_jobs call ------------------------------------
     def _apply(self, tokens_after: int, finished: bool) -> None:
-        off = self.req.offloadable(tokens_after, self.num_tokens)
-        n = storable_chunks(self.RULE, self.g, self.req, off, finished)
-        w = store_step(self.RULE, self.g, self.req, self.cursor, n, finished)
+        jobs = build_store_jobs(self.RULE, self.g, self.req, self.cursor, tokens_after,
+                                self.num_tokens, finished)
+        n, w = jobs.num_chunks, jobs.store
         seen = set(self.submitted)
         for c in w.chunks:
             assert c not in seen, f"chunk {c} submitted twice"
