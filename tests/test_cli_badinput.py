@@ -1,4 +1,4 @@
-"""Bad and odd input for every option of every command (issue 13, item 2):
+"""Bad and odd input for every option of every command:
 one line on stderr starting ``error: ``, exit 2, no traceback, and quickly.
 
 The property test reads the commands and their options from the click

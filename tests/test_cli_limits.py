@@ -1,4 +1,4 @@
-"""Large inputs, interrupts, progress and help (issue 13, items 2 and 3):
+"""Large inputs, interrupts, progress and help:
 a 10^7-token prompt within 10 s and 1 GB, any window without extra cost,
 Ctrl-C stopping ``prove`` within a second with no worker left, one progress
 line per row when stderr is not a terminal, ``--version``, help naming the

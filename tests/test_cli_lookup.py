@@ -1,4 +1,4 @@
-"""``kvreach lookup``: issue 9's measurement (0 vs 1187), the PR example,
+"""``kvreach lookup``: the measurement of window 17 (0 vs 1187), the PR example,
 the later-request options and their one-line errors."""
 
 from __future__ import annotations

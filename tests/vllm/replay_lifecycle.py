@@ -1,5 +1,5 @@
 """Replay a decoded lifecycle / static counterexample of world "single" on vLLM
-0.33.0's real scheduler (issue 10; the lookup-based rows are replay_vllm.py's).
+0.33.0's real scheduler (the lookup-based rows are replay_vllm.py's).
 
 The counterexample's configuration becomes a harness :class:`Setup` (a
 full-attention group whose tokens per chunk are the decoded
