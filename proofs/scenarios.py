@@ -115,3 +115,23 @@ FINDINGS: tuple[Finding, ...] = (
             no_scenario="a restart is a transition of world \"vllm\" (preemption, a resumed "
             "lookup), which simulate's single incarnation does not have"),
 )
+
+
+def finding(name: str) -> Finding:
+    """The record of finding ``name`` (``"F1"``, ...)."""
+    return next(f for f in FINDINGS if f.finding == name)
+
+
+# PR #54362's example as the tests quote it: the chunks vllm-0.29 stores at
+# the 1000-token frontier that no hit loads (F1), the frontier's and the
+# prompt's horizon (chunks).
+PR_54362_WASTED: tuple[int, ...] = tuple(sorted(finding("F1").stored_not_loadable))
+PR_54362_FRONTIER_CHUNKS = PR_54362.budget // PR_54362.swa_block_size
+PR_54362_PROMPT_CHUNKS = PR_54362.prompt // PR_54362.swa_block_size
+
+
+def example_flags(s: Scenario = PR_54362) -> list[str]:
+    """A scenario's groups and request as the command-line options the docs
+    write them in (full-attention block, SWA block, window, prompt, budget)."""
+    return ["--full-block-size", str(s.full_block_size), "--swa-block-size", str(s.swa_block_size),
+            "--window", str(s.window), "--prompt", str(s.prompt), "--budget", str(s.budget)]
