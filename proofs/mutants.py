@@ -102,7 +102,7 @@ PREFIX_SCAN_ONE_SHORT = Mutant(  # spec.lookup.prefix_scan_end
     "prefix-scan-one-short", {"short_by": 1},
     """``spec.lookup.prefix_scan_end`` one key short: ``max(0, end - 1)``
     (the obligation ``lookup-prefix-scan`` selects it by name).""")
-KEEPS_EVERY_CHUNK = Mutant(  # obligations.store.one_shot_mask
+KEEPS_EVERY_CHUNK = Mutant(  # keep.one_shot_mask
     "keeps-every-chunk", {"keep_every_chunk": True},
     """A rule that keeps every chunk (dense): the obligation ``no-waste``
     selects it by name, and some stored chunk is then loaded by no lookup.""")

@@ -56,7 +56,7 @@ import z3
 
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.framework import Ctx, Query
-from kvreach.proofs.obligations.store import one_shot_mask
+from kvreach.proofs.keep import one_shot_mask
 from kvreach.spec.config import _max, _min
 
 NAME = "hit-preservation-neighbours"

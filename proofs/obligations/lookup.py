@@ -23,7 +23,7 @@ from kvreach.proofs.config import (
     MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS, SCAN_BOUND_KEYS, scope_grid,
 )
 from kvreach.proofs.framework import Ctx, Obligation, Query
-from kvreach.proofs.obligations.store import one_shot_mask
+from kvreach.proofs.keep import one_shot_mask
 from kvreach.spec.config import _max, _min
 
 READ_WINDOW = "read-window"

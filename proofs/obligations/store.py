@@ -20,6 +20,7 @@ import z3
 from kvreach.proofs import mutants
 from kvreach.proofs.config import SCOPE_STATIC, SCOPE_SYMBOLIC
 from kvreach.proofs.framework import Ctx, Obligation, Query, Role
+from kvreach.proofs.keep import one_shot_mask
 from kvreach.spec import load, mask
 from kvreach.spec.lifecycle import invariant
 
@@ -92,24 +93,6 @@ def _invariant_step(ctx: Ctx, pre, tr, post):
 
 
 # --- static obligations ----------------------------------------------------
-
-
-def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
-    """The rule's keep-decision for chunk ``c`` of a request whose final
-    horizon is ``H`` chunks, evaluated at that horizon."""
-    s = ctx.s
-    if ctx.mutant.get("keep_every_chunk"):
-        return z3.BoolVal(True)
-    if ctx.rule == "lookup-window":
-        from kvreach.spec.rules import lookup_window_keep
-
-        return lookup_window_keep(s, c)
-    if ctx.rule == "vllm-0.29":
-        wc = z3.Int("wc_mask")
-        return z3.And(mask.v029_window_chunks(s, wc), mask.v029_chunk_reachable(s, c, H, wc))
-    from kvreach.spec.rules import final_segment_end
-
-    return mask.chunk_reachable(s, c, final_segment_end(s, H))
 
 
 def _mask_eq(ctx: Ctx):
