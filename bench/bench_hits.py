@@ -60,7 +60,7 @@ layer starts from the primary ``--block-size`` when its backend can run it
   Sparse at the default chunk. kvreach's lookup takes one full-attention and
   one SWA group, so each SWA group is measured alone with the MLA group; the
   real lookup takes the least hit over all groups.
-- Two synthetic shapes the proofs single out: issue 9's full block 36 / SWA
+- Two synthetic shapes the proofs single out: the measured full block 36 / SWA
   block 4 / window 17, and window 16 with extra_retained_tokens 5 (MTP
   history; no real geometry above has extra_retained_tokens > 0: it needs a
   multi-module MTP, num_nextn_predict_layers > 1 and num_speculative_tokens > 1).
@@ -110,7 +110,7 @@ SHAPES = [
     ("DeepSeek-V4-Flash MTP SWA (EAGLE)", 256, 64, 128, 0, 1, True),
     ("DeepSeek-V4-Flash C128 state: SWA 8, W 128", 256, 8, 128, 0, 1, False),
     ("DeepSeek-V4-Flash C4 state: SWA 4, W 8", 256, 4, 8, 0, 1, False),
-    ("issue 9: full 36, SWA 4, W 17", 36, 4, 17, 0, 1, False),
+    ("measured: full 36, SWA 4, W 17", 36, 4, 17, 0, 1, False),
     ("W 16, extra_retained_tokens 5", 36, 4, 16, 5, 1, False),
 ]
 RULES = ("vllm-0.29", "vllm-0.33", "lookup-window")

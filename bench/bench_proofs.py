@@ -22,7 +22,8 @@ import z3
 
 from kvreach.params import RetentionMode
 from kvreach.proofs import runner
-from kvreach.proofs.obligations import OBLIGATIONS, bmc_query, lifecycle_step_query
+from kvreach.proofs.induction import bmc_query, lifecycle_step_query
+from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.spec.lifecycle import K_FINISH
 
 ROWS = [

@@ -2,8 +2,8 @@
 mutant it must reject, and per (rule, load model) row the expected verdict
 next to the latest proof run's.
 
-Data flows one way: the registry (``proofs.obligations.OBLIGATIONS``), the
-mutants (``proofs.mutants``), the expected-verdict table
+Data flows one way: the registry (``proofs.obligations.ALL``, each record
+with its mutant), the expected-verdict table
 (``proofs/expected.toml``), the latest run's JSON (``kvreach prove --json
 docs/proof-results.json``, read by ``proofs.results.load_results``) and the finding headings of ``docs/findings.md``
 -> Markdown. Nothing runs a solver here; the output depends only on those
@@ -16,7 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from kvreach.proofs.mutants import MUTANTS, VARIANTS
+from kvreach.proofs.framework import Role
+from kvreach.proofs import obligations
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.runner import expected_rows, expected_table, rows_for
 
@@ -35,8 +36,7 @@ Key = tuple[str, str, str]
 def run_order() -> list[Key]:
     """Every row the runner runs, in the order ``kvreach prove`` reports them
     (the invariants first: lifecycle proofs rest on them)."""
-    todo = list(rows_for(None, None, None))
-    return [k for k in todo if k[0] == "invariant"] + [k for k in todo if k[0] != "invariant"]
+    return obligations.run_order(rows_for(None, None, None))
 
 
 def expected_findings() -> dict[Key, list[str]]:
@@ -140,9 +140,9 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("\\", "\\\\").replace("*", "\\*").replace("|", "\\|")
 
 
-def _doc(fn) -> str:
+def _doc(text: str) -> str:
     """A docstring's text, reST literals as Markdown code."""
-    return " ".join((fn.__doc__ or "").split()).replace("``", "`")
+    return " ".join((text or "").split()).replace("``", "`")
 
 
 def _yes(b) -> str:
@@ -169,7 +169,7 @@ def _rule_text(name: str) -> str:
     kind = ("lifecycle: one scheduler step from any state satisfying the rule's invariant "
             "(induction); a counterexample is searched by BMC from the initial state"
             if ob.kind == "lifecycle" else "static: one symbolic chunk / boundary / horizon, no steps")
-    if name == "invariant":
+    if ob.role is Role.INVARIANT:
         kind = "lifecycle: the initial state satisfies it and one running step preserves it"
     return f"Kind: {kind}. Rows: {'; '.join(parts)}."
 
@@ -268,8 +268,6 @@ def render(results: dict, findings_md: str = "") -> str:
 
     for name in names:
         ob = OBLIGATIONS[name]
-        mname, store_fn, variant = MUTANTS[name]
-        mfn = store_fn if store_fn is not None else VARIANTS[variant]
         L += [
             f"## {name}",
             "",
@@ -277,7 +275,7 @@ def render(results: dict, findings_md: str = "") -> str:
             "",
             _rule_text(name),
             "",
-            f"Mutant it must reject: `{mname}`: {_md(_doc(mfn))}",
+            f"Mutant it must reject: `{ob.mutant.name}`: {_md(_doc(ob.mutant.doc))}",
             "",
             "| rule | load model | scope | expected | last verdict | s | rlimit | non-vacuous "
             "| mutant rejected | findings |",

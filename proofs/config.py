@@ -1,6 +1,6 @@
 """The proof run's configuration, apart from what is proved: the scope, the
 bounds, the solver budgets (Z3 ``rlimit``), the case splits, the BMC depths
-and the scheduling hints. The obligations (``proofs/obligations.py``) say what
+and the scheduling hints. The obligations (``proofs/obligations/``) say what
 is checked, the runner (``proofs/runner.py``) how; this module says how far
 and how hard. The expected verdicts are data too: ``proofs/expected.toml``
 (:data:`EXPECTED`); the group geometries of the grid obligations:
@@ -44,13 +44,24 @@ SCOPE_SYMBOLIC = SCOPE_PARAMS + (
     "; excluded: alignment_tokens % B != 0 "
     "(vLLM's dense fallback), window 1, null blocks, prepare_store refusals, preemption"
 )
-# world "vllm" (proofs/restarts.py adds what the world is)
+# a static row's (one may state its own)
+SCOPE_STATIC = SCOPE_SYMBOLIC + "; a single symbolic chunk / boundary / horizon (no steps)"
+# world "vllm" (proofs/obligations/restarts.py adds what the world is)
 SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
+
+
+def scope_grid(geometries) -> str:
+    """A lifecycle row proved per geometry of the grid."""
+    return (SCOPE_SYMBOLIC + "; geometry fixed to each of " + str(len(geometries)) +
+            " (proofs/geometries.py), the rest symbolic; world: single request")
+
 
 # Bounds of the bounded obligations.
 NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)
 SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
 NEIGHBOURS_REQUESTS = 3  # hit-preservation-neighbours: earlier requests whose stores the tier holds
+MONOTONE_BOUND_CHUNKS = 10  # lookup-monotone: later requests of at most this many SWA chunks
+RUN_STORED_BOUND_CHUNKS = 10  # lookup-run-stored: later requests of at most this many SWA chunks
 
 # Small numbers for readable counterexamples (the search only; a
 # counterexample within them is a counterexample): SymConfig field -> max,

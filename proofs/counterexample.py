@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvreach.proofs import runner
-from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.framework import Role
+from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 
 
 @dataclass
@@ -48,7 +49,7 @@ def search(obligation: str, rule: str | None, load_model: str | None) -> Search:
     r, m = row_key(obligation, rule, load_model)
     ctx = runner._ctx(r, m)  # the runner's concrete rule and model for "any"
     s = Search(obligation, r, m, ctx.rule, ctx.model)
-    bmc = ob.kind == "lifecycle" and obligation != "invariant"
+    bmc = ob.kind == "lifecycle" and ob.role is not Role.INVARIANT
     if bmc:
         s.depth, s.counterexample = runner.find_counterexample(obligation, s.concrete_rule,
                                                                s.concrete_model)
@@ -57,8 +58,9 @@ def search(obligation: str, rule: str | None, load_model: str | None) -> Search:
     if s.verdict is None:
         inv = {}
         if bmc:
-            inv_row = runner.run_row("invariant", s.concrete_rule, "any", {})
-            inv[s.concrete_rule] = inv_row.verdict == "proved"
+            inv[s.concrete_rule] = all(
+                runner.run_row(o.name, s.concrete_rule, "any", {}).verdict == "proved"
+                for o in INVARIANTS)
         row = runner.run_row(obligation, r, m, inv)
         s.verdict, s.detail, s.counterexample = row.verdict, row.detail, row.counterexample
     if s.verdict == "counterexample" and ob.kind == "lifecycle" and not s.replayed:

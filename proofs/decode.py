@@ -171,7 +171,7 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
 
 
 def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
-    """A world-"vllm" counterexample (``proofs/restarts.py``): the steps with
+    """A world-"vllm" counterexample (``proofs/obligations/restarts.py``): the steps with
     their kinds, sizes, the manager's answers and the tracked chunk's null
     block, replayed through ``kvreach.impl.lifecycle.run_vllm``."""
     from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.proofs.scenarios import ISSUE_9, PR_54362
+from kvreach.proofs.scenarios import MEASURED_W17, PR_54362
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Geometry:
                 z3.Not(lk.has_max_load)]
 
 
-_PR, _I9 = PR_54362, ISSUE_9
+_PR, _I9 = PR_54362, MEASURED_W17
 _EX, _EX9 = (_PR.prompt, _PR.budget), (_I9.prompt, _I9.budget)
 _PR_GROUP = (_PR.full_block_size, _PR.swa_block_size, _PR.window)
 GEOMETRIES: tuple[Geometry, ...] = (

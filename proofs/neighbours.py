@@ -1,4 +1,4 @@
-"""World (b), *same-rule neighbours* (issue 10, docs/lookup.md "Worlds"): the
+"""World (b), *same-rule neighbours* (docs/lookup.md "Worlds"): the
 offload tier holds what the rule stored for ``NEIGHBOURS_REQUESTS`` (3)
 earlier requests of the same configuration (prompts ``P_i``, each pair
 sharing its first ``d_ij`` tokens), and a later request looks up as
@@ -43,7 +43,8 @@ their union as ``impl.lookup.StoreContent``, the twin's lookup against it and
 against the dense union: a shorter hit, the dense hit the spec's, the chunk
 missing.
 
-Registered from the end of ``proofs/obligations.py``; its mutant here too.
+The obligation's record (its scope, its mutant):
+``proofs/obligations/neighbours.py``.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ from dataclasses import replace
 
 import z3
 
-from kvreach.proofs import mutants
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
-from kvreach.proofs.obligations import OBLIGATIONS, Ctx, Obligation, Query, one_shot_mask
+from kvreach.proofs.framework import Ctx, Query
+from kvreach.proofs.keep import one_shot_mask
 from kvreach.spec.config import _max, _min
 
 NAME = "hit-preservation-neighbours"
@@ -97,7 +98,7 @@ def ultrametric(t: dict) -> list:
 
 def keep(ctx: Ctx, s, c, H) -> z3.BoolRef:
     """The rule's one-shot keep decision (``one_shot_mask``) for a request of
-    configuration ``s``; the mutant ``lookup-window-short-static`` keeps
+    configuration ``s``; the mutant ``mutants.NEIGHBOURS_SHORT`` keeps
     ``lookup-window``'s runs one chunk short whatever the row's rule."""
     short = ctx.mutant.get("neighbours_short_by")
     if short:
@@ -149,7 +150,7 @@ def _queries(ctx: Ctx) -> list[Query]:
 
 def replayable(ctx: Ctx) -> list[list]:
     """A counterexample shape vLLM's scheduler runs as the world states it
-    (``tests/vllm/replay_vllm.py``): each earlier request a prompt that
+    (``kvreach/vllm_harness/replay.py``): each earlier request a prompt that
     finishes after one prefill step (no decode, ``offload_prompt_only``, no
     ``max_offload_tokens``: its only store is the keep decision at its final
     horizon ``P_i // C``), and a later request with no GPU-local hit (the
@@ -253,7 +254,7 @@ def lost_chunks(cex: dict, dense, swa) -> list[int]:
     return [c for c in run if c not in swa] or [c for c in range(lo, e) if c not in swa]
 
 
-# --- the obligation and its mutant -----------------------------------------
+# --- the world's geometries ------------------------------------------------
 
 
 def _geometries():
@@ -261,42 +262,3 @@ def _geometries():
     from kvreach.proofs.geometries import GEOMETRIES
 
     return tuple(g for g in GEOMETRIES if g.retention is None)
-
-
-SCOPE = (
-    f"world (b), same-rule neighbours: {NEIGHBOURS_REQUESTS} earlier requests of one "
-    "configuration (prompts, lengths, offloadable tokens and the prefixes each pair shares "
-    "symbolic; offload_prompt_only and max_offload_tokens symbolic), the rule's keep decision "
-    "at each one's final horizon (one-shot; no request's lookup or hit changes another's "
-    "stores), full-attention chunks dense; a later request of any length, any prefixes "
-    "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense lookup's "
-    "closed form and one chunk of its accepted run); geometry fixed to each of the grid's 8 "
-    "without a retention interval (proofs/geometries.py); HIT / MISS answers, one pass of "
-    "_lookup_complete_chunks"
-)
-
-NEIGHBOURS_OBLIGATIONS = [
-    Obligation(
-        NAME,
-        f"World (b): a later request's hit against the union of the rule's stores for "
-        f"{NEIGHBOURS_REQUESTS} earlier requests of the same configuration (sharing prefixes) "
-        "equals its hit against the union of their dense stores (every chunk each could "
-        "offload).",
-        "static", queries=_queries, model_specific=False, grid=_geometries(), rules=RULES,
-        scope=SCOPE, split=False, replayable=replayable,
-    ),
-]
-
-
-def lookup_window_short_static():
-    """``spec.rules.lookup_window_keep`` with ``short_by=1`` as both earlier
-    requests' keep decision (whatever the row's rule): each run one chunk
-    short, so the run a later request of a whole number of alignments needs
-    breaks (the obligation ``hit-preservation-neighbours`` selects it by name)."""
-
-
-mutants.MUTANTS[NAME] = ("lookup-window-one-chunk-short", None, "lookup-window-short-static")
-mutants.VARIANTS["lookup-window-short-static"] = lookup_window_short_static
-mutants.PLANTS["lookup-window-short-static"] = {"neighbours_short_by": 1}  # keep() here
-
-OBLIGATIONS.update({o.name: o for o in NEIGHBOURS_OBLIGATIONS})

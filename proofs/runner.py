@@ -24,19 +24,17 @@ from importlib import resources
 import z3
 
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
-# obligations before restarts: a spawned worker imports this module first, and
-# restarts <-> obligations import each other (obligations must start the cycle)
-from kvreach.proofs import decode, obligations, restarts  # noqa: F401
-from kvreach.proofs.mutants import MUTANTS, PLANTS
-from kvreach.proofs.obligations import (
-    OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
+from kvreach.proofs import decode
+from kvreach.proofs.framework import Ctx, Query, Role
+from kvreach.proofs.induction import (
+    bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
 )
+from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS, run_order
 from kvreach.spec.config import SymConfig
 
 # The budgets, bounds, scope, splits and scheduling hints: proofs/config.py.
 from kvreach.proofs.config import (  # noqa: E402  (names the tests patch here)
-    BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL,
-    SCOPE_SYMBOLIC, SCOPE_WORLD_VLLM, SLOW, VACUITY_RL,
+    BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL, SLOW, VACUITY_RL,
 )
 from kvreach.proofs.config import cube as _cube  # noqa: E402
 from kvreach.proofs.config import splits as _splits  # noqa: E402
@@ -281,6 +279,10 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None):
                 yield name, r, m
 
 
+# what a 1-step induction proof in the single-request world rests on (its scope says so)
+_RESTS_ON = "".join(f", invariant obligation '{inv.name}'" for inv in INVARIANTS)
+
+
 def _ctx(rule: str, model: str, **kw) -> Ctx:
     return Ctx(SymConfig.fresh(), "vllm-0.33" if rule == "any" else rule,
                "intended" if model == "any" else model, **kw)
@@ -301,7 +303,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
         if pinned and shaped is False:
             continue  # the shaped pass searched at the example (its shape is its own)
         for depth in (ob.bmc_depths or BMC_DEPTHS):
-            ctx = _ctx(rule, model, store_fn=store_fn)
+            ctx = _ctx(rule, model, store_fn=store_fn, lookup_variant=ob.lookup_variant)
             if geometry is not None:
                 ctx.pins = geometry.pins(ctx)
             q, sts, trs = bmc_query(ob, ctx, depth)
@@ -364,7 +366,7 @@ def static_counterexample(name: str, rule: str, model: str, geometry) -> dict | 
     """A grid static obligation's counterexample in one geometry (tests/vllm
     replays each), or None where its queries there are not sat."""
     ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
-    sctx = _ctx(rule, model)
+    sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):
         r, m = _solve(q.premise + [q.violation], LEAF_RL, meter)
@@ -389,14 +391,14 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     ob = OBLIGATIONS[name]
     t0 = time.perf_counter()  # reported only: no verdict depends on it
     meter = Meter(ROW_RL)
-    scope = SCOPE_SYMBOLIC
+    scope = ob.scope
     detail = ""
     cex = None
     if ob.kind == "static":
-        sctx = _ctx(rule, model)
+        sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
         for g in (ob.grid or (None,)):
             if g is not None:
-                sctx = _ctx(rule, model)
+                sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
                 sctx.pins = g.pins(sctx)
             results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
             if "sat" in [r for r, _, _ in results]:
@@ -413,11 +415,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
             verdict, detail = "unknown", _unknown_detail(meter)
         else:
             verdict = "proved"
-        scope = ob.scope or scope + "; a single symbolic chunk / boundary / horizon (no steps)"
     elif ob.grid:
         verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter)
     else:
-        ctx = _ctx(rule, model)
+        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
         q = lifecycle_step_query(ob, ctx)
         r = rq = z3.unsat
         for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
@@ -430,29 +431,27 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
             rq = r
         # non-vacuity is the main query's premise's (a lemma's model is not one)
         non_vacuous = _non_vacuous(q, ctx, rq, True, meter)
-        if name == "invariant" or ob.world != "single":
-            bq = invariant_base_query(ctx, None if name == "invariant" else ob)
+        if ob.role is Role.INVARIANT or ob.world != "single":
+            bq = invariant_base_query(ctx, None if ob.role is Role.INVARIANT else ob)
             rb, _ = _decide(bq, ctx, True, meter)
             if rb == z3.sat:
                 r = z3.sat  # the initial state breaks the invariant
             elif rb != z3.unsat and r == z3.unsat:
                 r = rb  # an undecided base case is no proof
-        if ob.world != "single":
-            scope = SCOPE_WORLD_VLLM + restarts.WORLD_SCOPE
         if r == z3.unsat:
             verdict = "proved"
             scope += "; any number of steps (1-step induction"
             if ob.world != "single":
                 scope += " on the obligation's own invariant, base case included"
-            elif name != "invariant":
+            elif ob.rests_on_invariant:
                 inv_rule = ctx.rule
                 if not invariant_ok.get(inv_rule, False):
                     verdict, detail = "unknown", f"invariant of {inv_rule} not proved"
-                scope += ", invariant obligation 'invariant'"
+                scope += _RESTS_ON
             scope += ")"
         else:
             depth, cex = (None, None)
-            if name != "invariant":
+            if ob.role is not Role.INVARIANT:
                 depth, cex = find_counterexample(name, ctx.rule, ctx.model, meter=meter)
             if cex is not None:
                 verdict = "counterexample"
@@ -479,12 +478,11 @@ def _grid_row(name, rule, model, invariant_ok, meter):
     1-step induction with the geometry's pins; the first geometry where it
     fails gets a BMC counterexample search."""
     ob = OBLIGATIONS[name]
-    scope = (SCOPE_SYMBOLIC + "; geometry fixed to each of " + str(len(ob.grid)) +
-             " (proofs/geometries.py), the rest symbolic; world: single request")
+    scope = ob.scope
     non_vacuous = True
     failed = []
     for g in ob.grid:
-        ctx = _ctx(rule, model)
+        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
         ctx.pins = g.pins(ctx)
         q = lifecycle_step_query(ob, ctx)
         r, _ = _decide(q, ctx, True, meter)
@@ -493,9 +491,8 @@ def _grid_row(name, rule, model, invariant_ok, meter):
             failed.append((g, r))
     if not failed:
         ok = invariant_ok.get(rule, False)
-        return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction, " \
-            "invariant obligation 'invariant')", ("" if ok else f"invariant of {rule} not proved"), \
-            None, non_vacuous
+        return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction" \
+            + _RESTS_ON + ")", ("" if ok else f"invariant of {rule} not proved"), None, non_vacuous
     (depth, cex), _ = _grid_counterexample(name, rule, model, [g for g, _ in failed],
                                            meter=meter)
     if cex is not None:
@@ -525,13 +522,14 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     ``_mutant_used``."""
     if name in _mutant_cache:
         return _mutant_cache[name]
-    mname, store_fn, variant = MUTANTS[name]
     ob = OBLIGATIONS[name]
+    mname, store_fn, params = ob.mutant.name, ob.mutant.store_fn, ob.mutant.params
     meter = Meter(ROW_RL)
-    if variant is not None:
+    if params is not None:
         rejected = False
         for g in (ob.grid or (None,)):
-            mctx = _ctx("vllm-0.33", "intended", variant=variant, mutant=PLANTS[variant])
+            mctx = _ctx("vllm-0.33", "intended", mutant=params,
+                        lookup_variant=params.get("lookup_variant", ob.lookup_variant))
             if g is not None:
                 mctx.pins = g.pins(mctx)
             qs = ob.queries(mctx)
@@ -539,7 +537,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
                            for q in qs)
             if rejected:
                 break
-    elif name == "invariant":
+    elif ob.role is Role.INVARIANT:
         q = lifecycle_step_query(ob, _ctx("vllm-0.33", "intended", store_fn=store_fn))
         rejected = _solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat
     else:
@@ -577,10 +575,10 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     # reported unknown (_rest_on), so no row waits for the invariant rows.
     # only the invariants a selected row needs (or that are selected)
     needed = {r for name, r, _ in todo
-              if OBLIGATIONS[name].kind == "lifecycle" and OBLIGATIONS[name].world == "single"
+              if (OBLIGATIONS[name].rests_on_invariant or OBLIGATIONS[name].role is Role.INVARIANT)
               and r in rules}
-    invs = [("invariant", r, "any") for r in rules if r in needed]
-    rest = [key for key in todo if key not in invs]
+    invs = [(inv.name, r, "any") for inv in INVARIANTS for r in rules if r in needed]
+    rest = [key for key in run_order(todo) if key not in invs]
     assume = {r: True for r in rules}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(invs) + len(rest)))
     if jobs == 1:
@@ -597,7 +595,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
                                    initializer=_ignore_sigint)
         keys = invs + rest
         order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
-                       - (100 if keys[i][0] == "invariant" else 0))
+                       - (100 if i < len(invs) else 0))
         futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
                 for i in order}
         inv_rows = [futs[i].result() for i in range(len(invs))]
@@ -605,8 +603,9 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     try:
         invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
         for row in inv_rows:
-            if ("invariant", row.rule, "any") in todo:
-                row.expected = table.get(("invariant", row.rule, "any"), "?")
+            key = (row.obligation, row.rule, row.load_model)
+            if key in todo:
+                row.expected = table.get(key, "?")
                 if progress:
                     progress(row)
                 yield row
@@ -624,6 +623,6 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
 def _rest_on(row: Row, invariant_ok: dict) -> None:
     """A lifecycle proof by induction rests on its rule's invariant: if that
     was not proved, the row's proof is not one."""
-    if (row.verdict == "proved" and "invariant obligation 'invariant'" in row.scope
+    if (row.verdict == "proved" and OBLIGATIONS[row.obligation].rests_on_invariant
             and not invariant_ok.get(row.rule, False)):
         row.verdict, row.detail = "unknown", f"invariant of {row.rule} not proved"

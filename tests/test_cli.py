@@ -11,11 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from kvreach.cli import app, ranges
+from kvreach.proofs.scenarios import (
+    PR_54362 as EX, PR_54362_FRONTIER_CHUNKS as FRONTIER, PR_54362_PROMPT_CHUNKS as PROMPT_CHUNKS,
+    PR_54362_WASTED as WASTED, example_flags,
+)
 
 runner = CliRunner()
 
-PR = ["--full-block-size", "36", "--swa-block-size", "4", "--window", "16",
-      "--prompt", "1200", "--budget", "1000"]
+PR = example_flags(EX)
+WASTED_TEXT = f"{WASTED[0]}-{WASTED[-1]}"  # as the output prints the range
 
 
 def invoke(*args: str):
@@ -66,15 +70,15 @@ def test_simulate_aborted_after_step1(mode):
     assert swa["stored_not_loadable"] == []
 
 
-def test_simulate_029_stores_unloadable_246_247():
+def test_simulate_029_stores_unloadable_246_247():  # PR_54362_WASTED
     doc = sim_json("--rule", "vllm-0.29", *PR, "--load-model", "intended")
     swa = doc["groups"]["swa"]
     step1 = swa["steps"][0]
     assert step1["step"] == 1 and step1["kind"] == "prefill"
-    assert {246, 247} <= set(step1["submitted"])
-    assert step1["not_loadable"] == [246, 247]
-    assert 246 not in swa["loadable"] and 247 not in swa["loadable"]
-    assert swa["stored_not_loadable"] == [246, 247]
+    assert set(WASTED) <= set(step1["submitted"])
+    assert step1["not_loadable"] == list(WASTED)
+    assert WASTED[0] not in swa["loadable"] and WASTED[1] not in swa["loadable"]
+    assert swa["stored_not_loadable"] == list(WASTED)
 
 
 def test_simulate_json_structure():
@@ -93,7 +97,7 @@ def test_simulate_json_structure():
     assert all(s["cursor_after"] >= s["cursor_before"] for s in swa["steps"])
     assert doc["trace"]["rule"] == "vllm-0.33"
     assert doc["trace"]["load_model"] == "intended"
-    assert swa["final_chunks"] == 300
+    assert swa["final_chunks"] == PROMPT_CHUNKS
 
 
 def test_simulate_swa_only_alignment_and_dcp():
@@ -113,13 +117,13 @@ def test_simulate_human_output():
     assert r.exit_code == 0, r.stderr
     out = r.stdout
     assert "stored (137)" in out
-    assert "not loadable: 246-247" in out
-    assert "stored-not-loadable (2): 246-247" in out
-    assert "0->250" in out and "250->300" in out
+    assert f"not loadable: {WASTED_TEXT}" in out
+    assert f"stored-not-loadable (2): {WASTED_TEXT}" in out
+    assert f"0->{FRONTIER}" in out and f"{FRONTIER}->{PROMPT_CHUNKS}" in out
     r = invoke("simulate", "--rule", "vllm-0.33", *PR, "--abort-after-step", "1", "--async")
     assert r.exit_code == 0, r.stderr
     assert "stored (112)" in r.stdout and "239-242,246-249" in r.stdout
-    assert "step 2 abort submitted: 246-247" in r.stdout
+    assert f"step 2 abort submitted: {WASTED_TEXT}" in r.stdout
 
 
 def test_simulate_decode_and_options():
@@ -134,8 +138,7 @@ def test_simulate_decode_and_options():
 # --- input errors -----------------------------------------------------------
 
 SIM = ["simulate", "--rule", "vllm-0.33"]
-BASE = {"--full-block-size": "36", "--swa-block-size": "4", "--window": "16",
-        "--prompt": "1200", "--budget": "1000"}
+BASE = dict(zip(PR[::2], PR[1::2]))
 
 
 def sim_args(**over: str) -> list[str]:
@@ -255,15 +258,15 @@ def test_counterexample_soundness_029_intended():
     doc = json.loads(r.stdout)
     assert doc["verdict"] == "counterexample"
     cex = doc["counterexample"]
-    assert cex["replayed_violation"] == [246, 247]
-    assert cex["chunk"] in (246, 247)
+    assert cex["replayed_violation"] == list(WASTED)
+    assert cex["chunk"] in WASTED
     assert cex["config"]["group"]["block_size"] == 4
     assert cex["trace"]["steps"][0]["kind"] == "prefill"
     # the human form shows the same scenario
     r = invoke("counterexample", "soundness", "--rule", "vllm-0.29", "--load-model", "intended")
     assert r.exit_code == 0
-    assert "replayed violation chunks: 246-247" in r.stdout
-    assert "not loadable: 246-247" in r.stdout
+    assert f"replayed violation chunks: {WASTED_TEXT}" in r.stdout
+    assert f"not loadable: {WASTED_TEXT}" in r.stdout
 
 
 def test_counterexample_proved_obligation_exits_0():

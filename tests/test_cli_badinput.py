@@ -1,4 +1,4 @@
-"""Bad and odd input for every option of every command (issue 13, item 2):
+"""Bad and odd input for every option of every command:
 one line on stderr starting ``error: ``, exit 2, no traceback, and quickly.
 
 The property test reads the commands and their options from the click
@@ -26,14 +26,14 @@ from kvreach.cli import app
 from kvreach.conform import MAX_CASES
 from kvreach.params import LOAD_MODELS, MAX_INT, MAX_TOKENS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.scenarios import PR_54362, example_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 CLICK = get_command(app)
 COMMANDS = sorted(CLICK.commands)
 
-PR = ["--full-block-size", "36", "--swa-block-size", "4", "--window", "16",
-      "--prompt", "1200", "--budget", "1000"]
+PR = example_flags(PR_54362)
 
 # Integer options: the smallest value each accepts (below it is bad input).
 MINIMUM = {
@@ -244,8 +244,8 @@ def test_bad_input_is_one_line_exit_2(data, tmp):
     (["prove", "soundness"], "--obligation soundness"),
     (["counterexample", "soundness", "extra"], "extra"),
     (["simulate", "--rule", "vllm-0.33", *PR, "--eagle", "true"], "--eagle=true"),
-    (["plot", "--compare", "vllm-0.29", "--swa-block-size", "4", "--window", "16", "--prompt",
-      "1200", "--budget", "1000", "--out", "m.png"], "--compare=vllm-0.29 --swa-block-size"),
+    (["plot", "--compare", "vllm-0.29", *PR[2:], "--out", "m.png"],
+     "--compare=vllm-0.29 --swa-block-size"),
 ])
 def test_issue_cases(args, flag):
     t0 = time.perf_counter()

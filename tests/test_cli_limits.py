@@ -1,4 +1,4 @@
-"""Large inputs, interrupts, progress and help (issue 13, items 2 and 3):
+"""Large inputs, interrupts, progress and help:
 a 10^7-token prompt within 10 s and 1 GB, any window without extra cost,
 Ctrl-C stopping ``prove`` within a second with no worker left, one progress
 line per row when stderr is not a terminal, ``--version``, help naming the
@@ -26,10 +26,11 @@ from kvreach.cli import app
 from kvreach.cli.render import write_json
 from kvreach.params import LOAD_MODELS, MAX_TOKENS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.scenarios import PR_54362, example_flags
 
 runner = CliRunner()
 KVREACH = shutil.which("kvreach", path=str(Path(sys.executable).parent)) or "kvreach"
-PR = ["--full-block-size", "36", "--swa-block-size", "4", "--window", "16"]
+PR = example_flags(PR_54362)[:6]  # PR #54362's groups
 
 
 def timed(args: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -147,8 +148,8 @@ def test_progress_is_one_line_per_row_when_stderr_is_not_a_terminal():
 
 def test_full_stdout_is_one_line():
     with open("/dev/full", "w") as full:
-        r = subprocess.run([KVREACH, "simulate", "--rule", "vllm-0.33", *PR, "--prompt", "1200",
-                            "--budget", "1000", "--json"], stdout=full, stderr=subprocess.PIPE,
+        r = subprocess.run([KVREACH, "simulate", "--rule", "vllm-0.33", *example_flags(PR_54362),
+                            "--json"], stdout=full, stderr=subprocess.PIPE,
                            text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("error: stdout: ")
     assert r.stderr.count("\n") == 1, r.stderr

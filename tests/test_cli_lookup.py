@@ -1,4 +1,4 @@
-"""``kvreach lookup``: issue 9's measurement (0 vs 1187), the PR example,
+"""``kvreach lookup``: the measurement of window 17 (0 vs 1187), the PR example,
 the later-request options and their one-line errors."""
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from kvreach.cli import app
+from kvreach.proofs.scenarios import MEASURED_W17, PR_54362, example_flags
 
 runner = CliRunner()
-W17 = ["--rule", "vllm-0.33", "--full-block-size", "36", "--swa-block-size", "4",
-       "--window", "17", "--prompt", "1188", "--budget", "1000"]
-PR = ["--rule", "vllm-0.33", "--full-block-size", "36", "--swa-block-size", "4",
-      "--window", "16", "--prompt", "1200", "--budget", "1000"]
+W17 = ["--rule", "vllm-0.33", *example_flags(MEASURED_W17)]
+PR = ["--rule", "vllm-0.33", *example_flags(PR_54362)]
 
 
 def lookup_json(*args: str) -> dict:

@@ -169,8 +169,11 @@ def spec_element_users() -> dict[str, set[str]]:
     obligations whose queries use it, over every (rule, load model) row the
     runner checks (the induction step, the invariant's base case, the static
     queries). Recorded while the queries are built; no solver runs."""
-    from kvreach.proofs import obligations as O
-    from kvreach.proofs.runner import _ctx, rows_for
+    from kvreach.proofs import induction as O
+    from kvreach.proofs.framework import Role
+    from kvreach.proofs.obligations import OBLIGATIONS
+    from kvreach.proofs.runner import _ctx as _runner_ctx
+    from kvreach.proofs.runner import rows_for
     from kvreach.spec.config import SymConfig
 
     users: dict[str, set[str]] = {}
@@ -195,14 +198,18 @@ def spec_element_users() -> dict[str, set[str]]:
     sys.setprofile(prof)
     try:
         for name, rule, model in rows_for(None, None, None):
-            ob = O.OBLIGATIONS[name]
+            ob = OBLIGATIONS[name]
+
+            def _ctx(rule, model):  # the runner's context for the obligation's rows
+                return _runner_ctx(rule, model, lookup_variant=ob.lookup_variant)
+
             current[:] = [name]
             ctx = _ctx(rule, model)
             if ob.kind == "static":
                 ob.queries(ctx)
             else:
                 O.lifecycle_step_query(ob, ctx)
-                if name == "invariant":
+                if ob.role is Role.INVARIANT:
                     O.invariant_base_query(_ctx(rule, model))
                 elif ob.world != "single":  # world "vllm": the row's own base case
                     O.invariant_base_query(_ctx(rule, model), ob)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import z3
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -39,8 +40,7 @@ from kvreach.impl import mask as imask
 from kvreach.impl import rules as irules
 from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.params import LOAD_MODELS, RULES, GroupConfig, RequestConfig
-import z3
-
+from kvreach.proofs.scenarios import PR_54362, PR_54362_FRONTIER_CHUNKS, PR_54362_WASTED
 from kvreach.spec import rules as srules
 from kvreach.spec.evaluate import Evaluator
 
@@ -230,11 +230,13 @@ def test_lifecycle_steps_equal_spec(cfg, data):
 def test_pr_example_masks_through_spec():
     g = GroupConfig(block_size=4, window=16, alignment_tokens=36)
     ge = GroupConfig(block_size=4, window=16, alignment_tokens=36, eagle=True)
-    r = RequestConfig(prompt_tokens=1200)
+    r = RequestConfig(prompt_tokens=PR_54362.prompt)
     ev, eve = Evaluator(g, r), Evaluator(ge, r)
     blocks = range(243, 250)
     assert {i for i in blocks if ev.block_reachable(i, 300)} == {248, 249}
-    assert {i for i in blocks if ev.block_reachable(i, 250)} == {246, 247, 248, 249}
+    # at the frontier's end (F1's chunks and the tail of boundary 252)
+    assert {i for i in blocks if ev.block_reachable(i, PR_54362_FRONTIER_CHUNKS)} == \
+        set(PR_54362_WASTED) | {248, 249}
     for F in (250, 300):
         assert {i for i in blocks if eve.block_reachable(i, F)} == {243, 248, 249}
 
@@ -256,8 +258,8 @@ def test_final_tail_with_retention_interval():
     # False, retention_interval=72, reachable_boundaries=(1199,),
     # final_segment_end_block=250) returns 246..249 (run on 0.33.0).
     g = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=72)
-    r = RequestConfig(prompt_tokens=1200)
-    impl = {i for i in range(243, 250) if imask.block_reachable(i, g, 1200, 250)}
+    r = RequestConfig(prompt_tokens=PR_54362.prompt)
+    impl = {i for i in range(243, 250) if imask.block_reachable(i, g, PR_54362.prompt, 250)}
     assert impl == {246, 247, 248, 249}
     ev = Evaluator(g, r)
     assert {i for i in range(243, 250) if ev.block_reachable(i, 250)} == impl

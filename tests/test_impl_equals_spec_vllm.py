@@ -1,4 +1,4 @@
-"""impl == spec in world "vllm" (issue 11 item 4): every step of
+"""impl == spec in world "vllm": every step of
 ``kvreach.impl.lifecycle.run_vllm`` (preempt, lookup, start / loaded with a
 hit, recompute, decode and decode-async, finish, abort; prepare_store
 accepting, taking a subset or refusing; null blocks; a shared-prefix boundary;

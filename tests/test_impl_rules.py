@@ -10,7 +10,9 @@ from kvreach.impl import load as iload
 from kvreach.impl.lifecycle import Lifecycle, run
 from kvreach.impl.mask import block_reachable, chunk_reachable, reachable_block_mask
 from kvreach.impl.rules import store_horizon_chunks, store_step
-from kvreach.proofs.scenarios import PR_54362
+from kvreach.proofs.scenarios import (
+    PR_54362, PR_54362_FRONTIER_CHUNKS, PR_54362_PROMPT_CHUNKS, PR_54362_WASTED,
+)
 from kvreach.params import (
     GroupConfig, ParamError, RequestConfig, check_load_model, check_rule,
 )
@@ -25,6 +27,9 @@ PR_EAGLE = GroupConfig(block_size=_EX.swa_block_size, window=_EX.window,
                        alignment_tokens=_EX.alignment_tokens, eagle=True)
 PR_REQ = RequestConfig(prompt_tokens=_EX.prompt)
 PR_LC = Lifecycle(budget=_EX.budget)
+P = _EX.prompt  # tokens
+FRONTIER, PROMPT_CHUNKS = PR_54362_FRONTIER_CHUNKS, PR_54362_PROMPT_CHUNKS  # chunks
+WASTED = set(PR_54362_WASTED)  # F1: vllm-0.29 stores them at the frontier, no hit loads them
 
 
 def _set(mask, start):
@@ -48,26 +53,26 @@ def test_pr_group_derived_quantities():
 
 @pytest.mark.parametrize("final_end,expected", [(300, {248, 249}), (250, {246, 247, 248, 249})])
 def test_pr_mask_final_end(final_end, expected):
-    mask = reachable_block_mask(243, 250, PR, 1200, final_segment_end_block=final_end)
+    mask = reachable_block_mask(243, 250, PR, P, final_segment_end_block=final_end)
     assert _set(mask, 243) == expected
-    assert {i for i in range(243, 250) if block_reachable(i, PR, 1200, final_end)} == expected
+    assert {i for i in range(243, 250) if block_reachable(i, PR, P, final_end)} == expected
 
 
 @pytest.mark.parametrize("final_end", [None, 250, 300])
 def test_pr_mask_eagle(final_end):
-    mask = reachable_block_mask(243, 250, PR_EAGLE, 1200, final_segment_end_block=final_end)
+    mask = reachable_block_mask(243, 250, PR_EAGLE, P, final_segment_end_block=final_end)
     assert _set(mask, 243) == {243, 248, 249}
 
 
 def test_pr_mask_without_final_end_is_aligned_tails_only():
-    assert _set(reachable_block_mask(0, 27, PR, 1200), 0) == _tails(2)
+    assert _set(reachable_block_mask(0, 27, PR, P), 0) == _tails(2)
 
 
 def test_chunk_reachable_any_block_of_chunk():
     g = GroupConfig(block_size=4, window=16, alignment_tokens=36, blocks_per_chunk=2)
     # Tails are blocks 5..8 and 14..17: chunks 2 (blocks 4,5), 3 (6,7), 4 (8,9),
     # 7 (14,15), 8 (16,17); chunks 5 (10,11) and 6 (12,13) hold none.
-    assert [c for c in range(9) if chunk_reachable(c, g, 1200, None)] == [2, 3, 4, 7, 8]
+    assert [c for c in range(9) if chunk_reachable(c, g, P, None)] == [2, 3, 4, 7, 8]
 
 
 @pytest.mark.parametrize(
@@ -86,8 +91,8 @@ def test_chunk_reachable_any_block_of_chunk():
 )
 def test_dense_fallbacks(g):
     assert g.dense
-    assert reachable_block_mask(0, 50, g, 1200, final_segment_end_block=50) is None
-    assert all(chunk_reachable(c, g, 1200, 50) for c in range(50))
+    assert reachable_block_mask(0, 50, g, P, final_segment_end_block=50) is None
+    assert all(chunk_reachable(c, g, P, 50) for c in range(50))
     w = store_step("vllm-0.33", g, PR_REQ, 0, 50, False)
     assert w.block_mask is None and w.chunks == tuple(range(50))
 
@@ -103,7 +108,7 @@ def test_retention_zero_keeps_only_replay_tail():
     # (block 297), whose need-block tail is 293..296.
     g = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=0)
     assert not g.dense
-    assert _set(reachable_block_mask(0, 300, g, 1200, None), 0) == {293, 294, 295, 296}
+    assert _set(reachable_block_mask(0, 300, g, P, None), 0) == {293, 294, 295, 296}
 
 
 # ---------------------------------------------------------------------------
@@ -130,30 +135,30 @@ ABORTED = _tails(26) | {246, 247, 248, 249}
 
 def test_pr_completed_prompt_033():
     t = run("vllm-0.33", PR, PR_REQ, PR_LC)
-    assert [s.num_chunks for s in t.steps] == [250, 300, 300]
+    assert [s.num_chunks for s in t.steps] == [FRONTIER, PROMPT_CHUNKS, PROMPT_CHUNKS]
     assert len(t.stored) == 135 == len(set(t.stored))
     assert set(t.stored) == COMPLETED
-    assert t.final_horizon_chunks == 300
+    assert t.final_horizon_chunks == PROMPT_CHUNKS
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_pr_aborted_after_first_step_033(async_scheduling):
-    lc = Lifecycle(budget=1000, abort_after_step=1, async_scheduling=async_scheduling)
+    lc = Lifecycle(budget=_EX.budget, abort_after_step=1, async_scheduling=async_scheduling)
     t = run("vllm-0.33", PR, PR_REQ, lc)
     assert [s.kind for s in t.steps] == ["prefill", "abort"]
     assert len(t.stored) == 112 == len(set(t.stored))
     assert set(t.stored) == ABORTED
     # The abort reconsiders the final tail once: 246, 247 (248, 249 were
     # stored under the prompt horizon in step 1).
-    assert t.steps[-1].submitted == (246, 247)
+    assert t.steps[-1].submitted == tuple(sorted(WASTED))
     assert t.steps[-1].in_flight is async_scheduling
 
 
 def test_pr_completed_prompt_029_adds_intermediate_tail():
     t = run("vllm-0.29", PR, PR_REQ, PR_LC)
-    assert set(t.stored) == COMPLETED | {246, 247}
+    assert set(t.stored) == COMPLETED | WASTED
     assert len(t.stored) == 137
-    assert {246, 247} <= set(t.steps[0].submitted)  # stored at the 1000-token frontier
+    assert WASTED <= set(t.steps[0].submitted)  # stored at the 1000-token frontier
 
 
 def test_pr_loadable_sets():

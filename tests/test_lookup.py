@@ -104,7 +104,7 @@ def test_spec_equals_twin(case):
 
 
 def test_measured_example():
-    """Issue 9's measurement: stock vLLM 0.33.0's stores of a 1188-token
+    """The measurement of window 17: stock vLLM 0.33.0's stores of a 1188-token
     prompt (full-attention block 36, SWA block 4, window 17) give the same
     prompt 0 hit tokens; every chunk stored gives 1187."""
     from kvreach.impl.lifecycle import Lifecycle, run
@@ -214,15 +214,15 @@ def test_hit_preserving_wastes_holds_only_where_the_window_is_one_past_chunks():
     tautology: where ``W - 1`` is not a multiple of the chunk (PR #54362's
     window 16) some dense hit loads the first chunk of the run the witness's
     lookup accepts, so the obligation's query is satisfiable there; in the
-    issue-9 geometry it is not; the premise (the witness) is satisfiable in
-    both. The twin agrees on the issue-9 numbers: the hit at 36 of a 37-token
+    geometry "issue-9 measurement" (window 17) it is not; the premise (the witness) is satisfiable in
+    both. The twin agrees on that geometry's numbers: the hit at 36 of a 37-token
     request needs chunk 4 (without it the scan falls back to the run 0-3,
     a 16-token hit) and loads 5-8."""
     import z3
 
     from kvreach.proofs import runner
     from kvreach.proofs.geometries import GEOMETRIES
-    from kvreach.proofs.obligations import _hit_preserving_wastes
+    from kvreach.proofs.obligations.lookup import _hit_preserving_wastes
 
     def solve(name):
         ctx = runner._ctx("any", "any")

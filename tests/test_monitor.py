@@ -17,6 +17,7 @@ from kvreach.impl.monitor import (
     lookup_group,
 )
 from kvreach.params import GroupConfig
+from kvreach.proofs.scenarios import PR_54362
 
 
 def needed_by_some_later_request(full: LookupGroup, sw: LookupGroup, K: int) -> set[int]:
@@ -77,7 +78,7 @@ def test_pr_final_tail_is_unloadable_with_a_full_attention_group():
     chunk (1188 tokens): no later request of the single-request world hits
     there, so the lookup never needs them."""
     lg = lookup_group(PR_G)
-    assert [c for c in range(300) if loadable_chunk(lg, 36, c, 1200)] == \
+    assert [c for c in range(300) if loadable_chunk(lg, 36, c, PR_54362.prompt)] == \
         [9 * k + j for k in range(33) for j in (5, 6, 7, 8)]
 
 
@@ -87,8 +88,8 @@ def _mon():
 
 def test_each_property():
     m, st_ = _mon(), RequestGroupState()
-    ok = dict(num_chunks=250, offloadable_tokens=1000, prompt_horizon_chunks=300,
-              finished=False, horizon=300, horizon_tokens=1200)
+    ok = dict(num_chunks=250, offloadable_tokens=PR_54362.budget, prompt_horizon_chunks=300,
+              finished=False, horizon=300, horizon_tokens=PR_54362.prompt)
     st_.sync(0)
     assert m.check(st_, 0, (5, 6, 7, 8), **ok) == (None, 0)
     assert m.check(st_, 0, (250,), **ok)[0] == "in_range"
@@ -102,7 +103,7 @@ def test_each_property():
     st_.sync(250)  # stored: committed
     assert st_.hw == 250
     assert m.check(st_, 250, (5,), **ok)[0] == "in_range"  # below the cursor while running
-    fin = {**ok, "num_chunks": 300, "offloadable_tokens": 1200, "finished": True,
+    fin = {**ok, "num_chunks": 300, "offloadable_tokens": PR_54362.prompt, "finished": True,
            "horizon": 300}
     assert m.check(st_, 250, (6,), **fin)[0] == "once_per_incarnation"
     assert m.check(st_, 250, (248,), **fin) == (None, 0)  # reconsidered, never decided
@@ -112,8 +113,8 @@ def test_each_property():
 
 def test_uncommitted_step_is_not_counted_as_submitted():
     m, st_ = _mon(), RequestGroupState()
-    args = dict(num_chunks=250, offloadable_tokens=1000, prompt_horizon_chunks=300,
-                finished=False, horizon=300, horizon_tokens=1200)
+    args = dict(num_chunks=250, offloadable_tokens=PR_54362.budget, prompt_horizon_chunks=300,
+                finished=False, horizon=300, horizon_tokens=PR_54362.prompt)
     st_.sync(0)
     st_.stage((5, 6), 250, 300)
     st_.sync(0)  # prepare_store failed: the cursor did not move

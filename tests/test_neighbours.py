@@ -17,7 +17,6 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kvreach.proofs.obligations  # noqa: F401  (registers the world's obligation)
 from kvreach.proofs import neighbours, runner
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.geometries import GEOMETRIES

@@ -18,11 +18,12 @@ from typer.testing import CliRunner  # noqa: E402
 
 from kvreach import plot as kplot  # noqa: E402
 from kvreach.cli import app  # noqa: E402
+from kvreach.proofs.scenarios import PR_54362_WASTED, example_flags  # noqa: E402
 
 runner = CliRunner()
 
-PR = ["--full-block-size", "36", "--swa-block-size", "4", "--window", "16",
-      "--prompt", "1200", "--budget", "1000"]
+PR = example_flags()  # PR #54362's example
+WASTED = set(PR_54362_WASTED)  # F1
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 SCENARIOS = {
@@ -121,7 +122,7 @@ def test_compare_two_panels_same_range(tmp_path, drawn):
     assert {(m.lo, m.hi) for m in maps} == {(0, 300)}
     for m in maps:
         assert_map_equals_simulation(m, sim_json(["--rule", m.rule, *PR])["groups"]["swa"])
-    assert maps[0].row(kplot.END_ROW).chunks(kplot.WASTED) == {246, 247}
+    assert maps[0].row(kplot.END_ROW).chunks(kplot.WASTED) == WASTED
     assert maps[1].counts == {"stored": 135, "loadable": 135, "wasted": 0, "missed": 0}
     assert kplot.panel_title(maps[0]).endswith("stored 137, loadable 135, wasted 2, missed 0")
     assert_valid_files(tmp_path / "cmp.png", out)
@@ -137,7 +138,7 @@ def test_chunks_zoom_clips_every_set(tmp_path, drawn):
     for row, s in zip(m.step_rows, swa["steps"]):
         assert row.chunks(kplot.SUBMITTED, kplot.SUBMITTED_WASTED) == {
             c for c in s["submitted"] if 230 <= c < 260}
-    assert m.row(kplot.END_ROW).chunks(kplot.WASTED) == {246, 247}
+    assert m.row(kplot.END_ROW).chunks(kplot.WASTED) == WASTED
     assert m.counts["stored"] == 137  # the title counts the whole request
 
 
@@ -166,7 +167,7 @@ def test_counterexample_plot_lifecycle(tmp_path, drawn):
     for row, s in zip(m.step_rows, trace["steps"]):
         assert row.chunks(kplot.SUBMITTED, kplot.SUBMITTED_WASTED) == set(s["submitted"])
     end = m.row(kplot.END_ROW)
-    assert end.chunks(kplot.WASTED) == set(cex["replayed_violation"]) == {246, 247}
+    assert end.chunks(kplot.WASTED) == set(cex["replayed_violation"]) == WASTED
     assert end.chunks(kplot.STORED, kplot.WASTED) == set(trace["stored"])
     assert_valid_files(out, tmp_path / "cex.svg")
     assert "wrote" in r.stderr

@@ -1,10 +1,10 @@
 """Hygiene of the proof runner: the checks that guard a verdict can fail.
 
-For every obligation in ``kvreach.proofs.obligations.OBLIGATIONS``:
+For every obligation in ``kvreach.proofs.obligations.ALL``:
 
 - non-vacuity: the runner reports ``non_vacuous`` True for each of its rows,
   and False (so the row is not ``ok``) once its premise is made unsatisfiable;
-- its mutant (``kvreach.proofs.mutants.MUTANTS``) is rejected by
+- its mutant (``Obligation.mutant``) is rejected by
   ``runner.run_mutant``, and is *not* rejected once the obligation is weakened
   (violation replaced by ``False``), which makes the row not ``ok``: a weakened
   obligation cannot pass unnoticed;
@@ -22,10 +22,13 @@ from __future__ import annotations
 import z3
 import pytest
 
-from kvreach.proofs import obligations as obl
+from kvreach.proofs import induction as obl
 from kvreach.proofs import runner
-from kvreach.proofs.mutants import MUTANTS
-from kvreach.proofs.obligations import OBLIGATIONS, Query
+from kvreach.proofs.framework import Query
+from kvreach.proofs.obligations import OBLIGATIONS
+
+MUTANTS = {name: (ob.mutant.name, ob.mutant.store_fn, ob.mutant.params)
+           for name, ob in OBLIGATIONS.items()}
 
 ALL_ROWS = list(runner.rows_for(None, None, None))
 INVARIANT_OK = {"vllm-0.29": True, "vllm-0.33": True}

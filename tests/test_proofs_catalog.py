@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 from kvreach.cli import app
 from kvreach.proofs import catalog, runner
 from kvreach.proofs import results as results_file
-from kvreach.proofs.mutants import MUTANTS, VARIANTS
 from kvreach.proofs.obligations import OBLIGATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +83,7 @@ def test_committed_run_was_run_against_todays_expected_table(results):
         assert r["expected"] == table[k], k
         assert r["verdict"] == r["expected"], (k, r["verdict"], r.get("detail"))
         assert r["non_vacuous"] is True and r["mutant_rejected"] is True, k
-        assert r["mutant"] == MUTANTS[r["obligation"]][0], k
+        assert r["mutant"] == OBLIGATIONS[r["obligation"]].mutant.name, k
         assert {"obligation", "rule", "load_model", "verdict", "scope", "seconds", "rlimit"} <= set(r)
     assert catalog.results_problems(results) == []
 
@@ -105,9 +104,8 @@ def test_every_named_finding_has_a_section():
 
 
 def test_every_static_variant_is_described():
-    for name, (_, store_fn, variant) in MUTANTS.items():
-        fn = store_fn if store_fn is not None else VARIANTS[variant]
-        assert fn.__doc__, name
+    for name, ob in OBLIGATIONS.items():
+        assert ob.mutant.doc, name
 
 
 # --- (c) the checks can fail ---------------------------------------------------

@@ -1,6 +1,8 @@
 """proofs/scenarios.py is the one statement of the worked example and of the
 findings' scenarios: docs/findings.md shows each as the command that runs it,
-and the proof runner pins counterexamples to the example."""
+the proof runner pins counterexamples to the example, and each finding's
+record shows what it says through the executable rule and the spec
+evaluator (on vLLM: tests/vllm/test_findings_vllm.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,10 @@ def _pairs(argv: list[str]) -> set[tuple[str, ...]]:
     return out
 
 
-@pytest.mark.parametrize("f", scenarios.FINDINGS, ids=lambda f: f.finding)
+REPLAYED = [f for f in scenarios.FINDINGS if f.command is not None]
+
+
+@pytest.mark.parametrize("f", REPLAYED, ids=lambda f: f.finding)
 def test_findings_md_runs_the_scenario(f):
     want = ["kvreach", f.command] + shlex.split(_scenario_flags(f.scenario, [f.rule]))
     assert any(_pairs(cmd) == _pairs(want) for cmd in _commands(f.finding)), (
@@ -49,3 +54,84 @@ def test_pr_example_is_the_prs_numbers():
     assert (ex.full_block_size, ex.swa_block_size, ex.window, ex.prompt, ex.budget) == (
         36, 4, 16, 1200, 1000)
     assert ex.alignment_tokens == 36
+
+
+# --- each finding shows what its record says -------------------------------------
+
+
+def expected(f: scenarios.Finding) -> dict:
+    """The outcome a finding's record states (the fields its command shows)."""
+    if f.command == "simulate":
+        return {"stored_not_loadable": set(f.stored_not_loadable)}
+    return {"hit_tokens": f.hit_tokens, "dense_hit_tokens": f.dense_hit_tokens,
+            "swa_loaded": tuple(f.swa_loaded), "missing": tuple(f.missing)}
+
+
+def impl_outcome(f: scenarios.Finding) -> dict:
+    """The scenario through the executable rule (``kvreach simulate`` /
+    ``kvreach lookup``'s computation)."""
+    from kvreach.impl.worlds import later_lookup
+    from kvreach.scenario import lookup_groups, run_scenario
+
+    trace = run_scenario(f.rule, f.scenario)
+    if f.command == "simulate":
+        return {"stored_not_loadable": set(trace.stored) - set(trace.wanted(f.scenario.load_model))}
+    r = later_lookup(lookup_groups(f.scenario), trace, f.scenario.prompt)
+    return {"hit_tokens": r.rule.hit_tokens, "dense_hit_tokens": r.dense.hit_tokens,
+            "swa_loaded": tuple(r.rule.loaded[-1]), "missing": tuple(r.missing[-1])}
+
+
+def spec_outcome(f: scenarios.Finding) -> dict:
+    """The same scenario through the spec, pinned (``spec.evaluate``): each
+    step's submitted chunks are the spec rule's, the stored chunks' load
+    decision the spec's ``load.wanted`` at the final horizon; a lookup's hits
+    ``spec.lookup.lookup``'s against the stored and the dense chunks."""
+    from kvreach.impl.worlds import dense_chunks, stored_chunks
+    from kvreach.scenario import lookup_groups, run_scenario
+    from kvreach.spec.evaluate import Evaluator, lookup_values
+
+    trace = run_scenario(f.rule, f.scenario)
+    if f.command == "simulate":
+        ev = Evaluator(trace.group, trace.request)
+        g = trace.group
+        margin = ((g.per_segment or 0) + g.need) // g.blocks_per_chunk + 2  # a final tail, in chunks
+        for st in trace.to_json(f.scenario.load_model)["steps"]:
+            ends, n = st["kind"] in ("finish", "abort"), st["num_chunks"]
+            # every chunk the step could submit: from a segment and a window
+            # below the cursor (an abort's reconsidered tail) to the step's end
+            cands = range(max(0, min(st["cursor_before"], n) - margin), n)
+            spec = [c for c in cands if ev.submitted(f.rule, st["cursor_before"], n, ends, c)]
+            assert spec == list(st["submitted"]), (f.finding, st["index"])
+        H = trace.final_horizon_chunks
+        return {"stored_not_loadable": {c for c in trace.stored
+                                        if not ev.wanted(f.scenario.load_model, c, H)}}
+    groups, s = lookup_groups(f.scenario), f.scenario
+    hits = {}
+    for which, chunks in (("rule", stored_chunks(groups, trace)),
+                          ("dense", dense_chunks(groups, trace))):
+        # the later request's HIT keys: stored chunks inside the shared prefix (the prompt)
+        full, swa = ([c for c in cs if (c + 1) * g.chunk_tokens <= s.prompt]
+                     for g, cs in zip(groups, chunks))
+        hits[which] = lookup_values(
+            full_block_tokens=s.full_block_size, swa_block_tokens=s.swa_block_size,
+            blocks_per_chunk=s.blocks_per_chunk, window=s.window,
+            extra_retained_tokens=s.extra_retained_tokens, eagle=s.eagle, num_tokens=s.prompt,
+            local_hit_tokens=0, max_load_tokens=None, full_chunks=full, swa_chunks=swa)
+    lo, hi = hits["rule"]["swa_loaded"]
+    dlo, dhi = hits["dense"]["swa_loaded"]
+    held = set(stored_chunks(groups, trace)[-1])
+    return {"hit_tokens": hits["rule"]["hit_tokens"], "dense_hit_tokens": hits["dense"]["hit_tokens"],
+            "swa_loaded": tuple(range(lo, hi)),
+            "missing": tuple(c for c in range(dlo, dhi) if c not in held)}
+
+
+@pytest.mark.parametrize("f", scenarios.FINDINGS, ids=lambda f: f.finding)
+def test_finding_shows_its_outcome(f):
+    """Every finding's record through the executable rule and the spec
+    evaluator; a finding without a scenario says why and states no outcome."""
+    if f.command is None:
+        assert f.no_scenario and f.scenario is None and f.stored_not_loadable is None, f
+        return
+    assert f.no_scenario is None, f
+    assert impl_outcome(f) == expected(f), f.finding
+    assert spec_outcome(f) == expected(f), f.finding

@@ -19,7 +19,7 @@ from kvreach.cli._common import (
 from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.render import print_prove_report
 from kvreach.params import ParamError, check_load_model, check_rule
-from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.obligations import OBLIGATIONS, run_order
 
 
 def prove(
@@ -46,8 +46,7 @@ def prove(
         _writable(flag, path)  # before the first proof, not after a minute of them
 
     todo = list(runner.rows_for(obligation, rule, load_model))
-    # runner.run yields the invariant rows first, then the rest in order.
-    order = [t for t in todo if t[0] == "invariant"] + [t for t in todo if t[0] != "invariant"]
+    order = run_order(todo)  # the order runner.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
     out, err = (_err() if to_stdout else _out()), _err()
     rows: list = []

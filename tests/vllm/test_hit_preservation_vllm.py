@@ -111,7 +111,7 @@ def test_connector_lookup_window_equals_impl(offline_model_dir, setup, prompt, l
             assert [st.window_chunks(gi) for st in k.steps] == [list(s.submitted) for s in tr.steps]
 
 
-# --- the load-side variant "read-window" on vLLM's real scheduler (issue 10) -----------------
+# --- the load-side variant "read-window" on vLLM's real scheduler -----------------
 # docs/findings.md F7: vLLM's get_sliding_window_size_in_chunks (offloading/config.py, called by
 # build_offloading_config when the connector is built) patched to the variant, the chunks the
 # load reads, max(1, ceil((W - 1 + extra) / C)). The twin the harness compares each lookup with

@@ -74,7 +74,7 @@ def reset(rec: LookupRecorder) -> None:
     rec.observations.clear()
 
 
-# --- the measurement of issue 9 -------------------------------------------------------------
+# --- the measurement of window 17 -------------------------------------------------------------
 
 
 def test_measured_zero_hit_with_sparse_stores(offline_model_dir):

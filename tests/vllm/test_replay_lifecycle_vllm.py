@@ -1,5 +1,5 @@
 """World-"single" lifecycle and static counterexamples, replayed on vLLM
-0.33.0's real scheduler (issue 10; ``replay_lifecycle.py``).
+0.33.0's real scheduler (``replay_lifecycle.py``).
 
 For each expected counterexample row of ``proofs/expected.toml`` that can
 run on the real scheduler, the decoded configuration and lifecycle drive the

@@ -15,6 +15,7 @@ from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, dri
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
 
 from kvreach.impl import contracts, rules  # noqa: E402
+from kvreach.proofs.scenarios import PR_54362, PR_54362_WASTED  # noqa: E402
 from kvreach.impl.vllm_connector import (  # noqa: E402
     CONTRACT_VIOLATIONS_METRIC,
     KvReachContractViolation,
@@ -25,7 +26,8 @@ from kvreach.impl.vllm_connector import (  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-PR = Setup((full(36), swa(4, 16)), budget=1000)
+EX = PR_54362
+PR = Setup((full(EX.full_block_size), swa(EX.swa_block_size, EX.window)), budget=EX.budget)
 
 
 def test_vllm_loads_the_connector_through_module_path(offline_model_dir):
@@ -68,10 +70,10 @@ def test_rule_029_reproduces_the_pre_fix_stores(offline_model_dir):
     """With kvreach.rule=vllm-0.29 the intermediate 1000-token frontier is
     treated as final: 246 and 247 are stored too (the PR's regression)."""
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.rule": "vllm-0.29"}),
-                "r", 1200)
-    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+                "r", EX.prompt)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", EX.prompt)
     extra = sorted(set(run.stored(1)) - set(stock.stored(1)))
-    assert {246, 247} <= set(extra)
+    assert set(PR_54362_WASTED) <= set(extra)
     assert run.stored(0) == stock.stored(0)  # full attention keeps vLLM's path
 
 
@@ -87,8 +89,8 @@ def test_log_mode_warns_counts_and_falls_back(offline_model_dir, monkeypatch, ca
     monkeypatch.setattr(rules, "StoreStep", _BrokenWindow)
     caplog.set_level(logging.WARNING, logger="kvreach.impl.vllm_connector")
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
-                             {"kvreach.check_contracts": "log"}), "r", 1200)
-    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+                             {"kvreach.check_contracts": "log"}), "r", EX.prompt)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", EX.prompt)
     assert contracts.mode() == "log"
     # every request-step fell back to stock vLLM's decision
     assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
@@ -108,7 +110,7 @@ def test_log_mode_warns_counts_and_falls_back(offline_model_dir, monkeypatch, ca
 def test_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
     monkeypatch.setattr(rules, "StoreStep", _BrokenWindow)
     run = SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.check_contracts": "raise"})
-    run.add_request("r", 1200)
+    run.add_request("r", EX.prompt)
     with pytest.raises(KvReachContractViolation) as err:
         run.step()
     assert isinstance(err.value, RuntimeError)
@@ -118,7 +120,7 @@ def test_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
 def test_off_mode_runs_no_contract(offline_model_dir, monkeypatch):
     monkeypatch.setattr(rules, "StoreStep", _BrokenWindow)
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
-                             {"kvreach.check_contracts": "off"}), "r", 1200)
+                             {"kvreach.check_contracts": "off"}), "r", EX.prompt)
     assert run.offload.kvreach_contract_violations == 0
     assert run.stored(1)  # the broken cursor is not used by the connector
 
@@ -207,7 +209,7 @@ def test_monitor_counts_vllm_033s_unloadable_final_tail(offline_model_dir):
     final partial-segment tail 297..299 lies past the last full-attention
     chunk (1188 tokens), so no later request loads it (docs/findings.md, F4)."""
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "log"}),
-                "r", 1200)
+                "r", EX.prompt)
     off = run.offload
     assert off.kvreach_monitor_chunks == 135
     assert off.kvreach_monitor_violations == {} and off.kvreach_fallbacks == {}
@@ -220,8 +222,8 @@ def test_monitor_flags_the_pre_fix_horizon_and_falls_back(offline_model_dir):
     """vllm-0.29 takes the 1000-token frontier as final: horizon_final; that
     step uses stock's stores, so 246 and 247 are not stored."""
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir,
-                             {"kvreach.rule": "vllm-0.29", "kvreach.monitor": "log"}), "r", 1200)
-    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+                             {"kvreach.rule": "vllm-0.29", "kvreach.monitor": "log"}), "r", EX.prompt)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", EX.prompt)
     assert run.offload.kvreach_monitor_violations == {"horizon_final": 1}
     assert run.offload.kvreach_fallbacks == {"monitor": 1}
     assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
@@ -239,7 +241,7 @@ def _out_of_range(real):
 def test_monitor_raise_mode_raises_typed_error(offline_model_dir, monkeypatch):
     monkeypatch.setattr(rules, "store_step", _out_of_range(rules.store_step))
     run = SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "raise"}, spy=False)
-    run.add_request("r", 1200)
+    run.add_request("r", EX.prompt)
     with pytest.raises(KvReachMonitorViolation) as err:
         run.step()
     assert isinstance(err.value, RuntimeError) and err.value.property == "in_range"
@@ -253,15 +255,15 @@ def test_internal_error_falls_back_in_every_monitor_mode(offline_model_dir, monk
 
     monkeypatch.setattr(rules, "store_step", broken)
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": mode},
-                             spy=False), "r", 1200)
-    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+                             spy=False), "r", EX.prompt)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", EX.prompt)
     assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
     assert run.offload.kvreach_fallbacks == {"error": 3}
     assert run.counter_total(FALLBACKS_METRIC) == 3
 
 
 def test_monitor_off_adds_no_counter(offline_model_dir):
-    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir), "r", 1200)
+    run = drive(SchedulerRun(PR, KVREACH, offline_model_dir), "r", EX.prompt)
     assert run.offload.kvreach_monitor_chunks == 0
     for name in (MONITOR_CHUNKS_METRIC, MONITOR_UNLOADABLE_METRIC, SLOW_DECISIONS_METRIC):
         assert run.counter_total(name) == 0
@@ -304,7 +306,7 @@ def test_monitor_error_on_stock_path_keeps_stocks_stores(offline_model_dir, monk
     monkeypatch.setattr(rules, "store_step", broken)
     monkeypatch.setattr(monitor.GroupMonitor, "check", broken)
     run = drive(SchedulerRun(PR, KVREACH, offline_model_dir, {"kvreach.monitor": "log"},
-                             spy=False), "r", 1200)
-    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", 1200)
+                             spy=False), "r", EX.prompt)
+    stock = drive(SchedulerRun(PR, STOCK, offline_model_dir), "r", EX.prompt)
     assert [s.stores for s in run.steps] == [s.stores for s in stock.steps]
     assert run.offload.kvreach_fallbacks == {"error": 3}

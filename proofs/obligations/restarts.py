@@ -1,4 +1,4 @@
-"""Obligations of world "vllm" (issue 11): the lifecycle vLLM 0.33.0 really
+"""Obligations of world "vllm": the lifecycle vLLM 0.33.0 really
 runs, with preemption (``Scheduler._preempt_request``), the offload lookup's
 reset of the cursor at every ``get_num_new_matched_tokens`` (a new request, a
 resumed one, a retried deferred lookup), starts with a GPU-local or offload
@@ -20,8 +20,11 @@ import functools
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.proofs.obligations import (  # the world-single forms, restated over world "vllm"
-    OBLIGATIONS, Ctx, Obligation, _computed_bmc, _computed_step, _once_bmc, _once_step,
+from kvreach.proofs import mutants
+from kvreach.proofs.config import SCOPE_WORLD_VLLM
+from kvreach.proofs.framework import Ctx, Obligation
+from kvreach.proofs.obligations.store import (  # the world-single forms, restated over world "vllm"
+    _computed_bmc, _computed_step, _once_bmc, _once_step,
 )
 from kvreach.spec import mask
 from kvreach.spec.lifecycle import O_REFUSED
@@ -69,7 +72,7 @@ def _once_inc_step(ctx, pre, tr, post):
 
 def _computed_lemmas(ctx, pre, tr, post):
     """Facts of one step, each proved from the step and the ones before it
-    (after the invariant's preservation, ``obligations._step_lemmas``): the
+    (after the invariant's preservation, ``induction._step_lemmas``): the
     step's storable count ends at or before the computed tokens; a submitted
     chunk lies below that count (each rule's ``c < n``), so every chunk below
     it is computed; steps that store nothing submit nothing. (Z3 decides each
@@ -93,44 +96,41 @@ def _refused_step(ctx, pre, tr, post):
 
 
 world_vllm = functools.partial(Obligation, kind="lifecycle", model_specific=False,
-                               rules=RULES, world="vllm", bmc_depths=(1, 2, 3))
+                               scope=SCOPE_WORLD_VLLM + WORLD_SCOPE, rules=RULES, world="vllm",
+                               bmc_depths=(1, 2, 3))
 
-RESTART_OBLIGATIONS = [
-    world_vllm(
-        "exactly-once-incarnation",
-        "Within one incarnation (between two offload lookups) no chunk the "
-        "manager accepted is offered to prepare_store again (so none is "
-        "submitted twice), abort reconsideration, loads, refusals and partial "
-        "stores included.",
-        step_violation=_once_inc_step, bmc_violation=at_some_step(_once_inc_step),
-        invariant=incarnation_invariant,
-    ),
-    world_vllm(
-        "exactly-once-restarts",
-        "No chunk is submitted twice over the request's incarnations (expected "
-        "to fail: every lookup resets next_stored_chunk_idx to 0 and offers the "
-        "computed chunks again; prepare_store's de-duplication is what keeps "
-        "them from being transferred twice).",
-        step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
-        bmc_depths=(5,),
-    ),
-    world_vllm(
-        "computed-before-stored-restarts",
-        "No chunk is submitted before all of its tokens are computed in the "
-        "step's incarnation ((c + 1) * chunk_tokens <= num_computed_tokens), "
-        "over any number of incarnations.",
-        step_violation=_computed_step, bmc_violation=_computed_bmc, invariant=running,
-        lemmas=_computed_lemmas,
-    ),
-    world_vllm(
-        "refused-retried",
-        "A chunk offered to a prepare_store that returns None (refused) is not "
-        "passed by the cursor while the request runs (next_stored_chunk_idx "
-        "stays at or below it), so the next store step of the incarnation whose "
-        "mask keeps it offers it again.",
-        step_violation=_refused_step, bmc_violation=at_some_step(_refused_step),
-        invariant=running,
-    ),
-]
-
-OBLIGATIONS.update({o.name: o for o in RESTART_OBLIGATIONS})
+EXACTLY_ONCE_INCARNATION = world_vllm(
+    "exactly-once-incarnation",
+    "Within one incarnation (between two offload lookups) no chunk the "
+    "manager accepted is offered to prepare_store again (so none is "
+    "submitted twice), abort reconsideration, loads, refusals and partial "
+    "stores included.",
+    step_violation=_once_inc_step, bmc_violation=at_some_step(_once_inc_step),
+    invariant=incarnation_invariant, mutant=mutants.RECONSIDER_RESUBMITS,
+)
+EXACTLY_ONCE_RESTARTS = world_vllm(
+    "exactly-once-restarts",
+    "No chunk is submitted twice over the request's incarnations (expected "
+    "to fail: every lookup resets next_stored_chunk_idx to 0 and offers the "
+    "computed chunks again; prepare_store's de-duplication is what keeps "
+    "them from being transferred twice).",
+    step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
+    bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
+)
+COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
+    "computed-before-stored-restarts",
+    "No chunk is submitted before all of its tokens are computed in the "
+    "step's incarnation ((c + 1) * chunk_tokens <= num_computed_tokens), "
+    "over any number of incarnations.",
+    step_violation=_computed_step, bmc_violation=_computed_bmc, invariant=running,
+    lemmas=_computed_lemmas, mutant=mutants.STORE_AHEAD,
+)
+REFUSED_RETRIED = world_vllm(
+    "refused-retried",
+    "A chunk offered to a prepare_store that returns None (refused) is not "
+    "passed by the cursor while the request runs (next_stored_chunk_idx "
+    "stays at or below it), so the next store step of the incarnation whose "
+    "mask keeps it offers it again.",
+    step_violation=_refused_step, bmc_violation=at_some_step(_refused_step),
+    invariant=running, mutant=mutants.OFFERS_BEFORE_CURSOR,
+)

@@ -1,0 +1,138 @@
+"""The proof framework's types: what an obligation is (:class:`Obligation`,
+its :class:`Role` and :class:`Mutant`), the symbols its queries share
+(:class:`Ctx`) and a query (:class:`Query`). The obligations themselves are
+``kvreach.proofs.obligations``; the induction and BMC queries of lifecycle
+obligations ``kvreach.proofs.induction``; the runner decides them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import z3
+
+from kvreach.spec.config import SymConfig
+
+
+def _fresh_lookup():
+    from kvreach.spec.lookup import LookupSym
+
+    return LookupSym.fresh("later_")
+
+
+@dataclass
+class Ctx:
+    """Symbols shared by one obligation's queries."""
+
+    s: SymConfig
+    rule: str
+    model: str
+    c: z3.ArithRef = field(default_factory=lambda: z3.Int("chunk"))
+    boundary_block: z3.ArithRef = field(default_factory=lambda: z3.Int("boundary_block"))
+    final_horizon_chunks: z3.ArithRef = field(default_factory=lambda: z3.Int("final_horizon_chunks"))
+    budget: z3.ArithRef = field(default_factory=lambda: z3.Int("budget"))
+    store_fn: Callable | None = None  # a lifecycle mutant's store decision
+    # the later request of the lookup obligations (world: single request)
+    lk: object = field(default_factory=lambda: _fresh_lookup())
+    shared: z3.ArithRef = field(default_factory=lambda: z3.Int("later_shared_tokens"))
+    pins: list = field(default_factory=list)  # a geometry's pins (grid obligations)
+    # a static mutant's mutation parameters (``Mutant.plant``), each passed to
+    # the one function it mutates
+    mutant: dict = field(default_factory=dict)
+    # the lookup variant the later request(s) look up under
+    # (``spec.lookup.LOOKUP_VARIANTS``), fixed when the context is made
+    lookup_variant: str = "vllm-0.33"
+
+    def __post_init__(self) -> None:
+        if self.lk.variant != self.lookup_variant:
+            self.lk = replace(self.lk, variant=self.lookup_variant)
+
+    def base(self) -> list:
+        return [self.s.well_formed(), self.budget >= 1, *self.pins]
+
+
+@dataclass
+class Query:
+    premise: list  # assumptions (checked satisfiable: non-vacuity)
+    violation: z3.BoolRef  # negated property
+
+
+class Role(enum.Enum):
+    """What an obligation is to the others: a property, or an inductive
+    invariant the single-request world's lifecycle proofs rest on (run first;
+    etcd-io/raft's ``MCetcdraft.cfg`` lists its INVARIANTS the same way)."""
+
+    PROPERTY = "property"
+    INVARIANT = "invariant"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A deliberately wrong rule the obligation must reject, in vLLM terms.
+    ``plant``: a lifecycle obligation's store decision (replacing the rule's),
+    or a static obligation's mutation parameters (``Ctx.mutant``, each read
+    by the one function it mutates; ``lookup_variant``: the later request's
+    lookup variant). ``doc``: what it plants (docs/proofs.md quotes it)."""
+
+    name: str
+    plant: Callable | dict
+    doc: str
+
+    @property
+    def store_fn(self) -> Callable | None:
+        return None if isinstance(self.plant, dict) else self.plant
+
+    @property
+    def params(self) -> dict | None:
+        return self.plant if isinstance(self.plant, dict) else None
+
+    @classmethod
+    def of_store(cls, name: str, store_fn: Callable) -> "Mutant":
+        """A lifecycle mutant: its store function, described by its docstring."""
+        return cls(name, store_fn, store_fn.__doc__)
+
+
+@dataclass
+class Obligation:
+    name: str
+    statement: str
+    kind: str  # "lifecycle" | "static"
+    mutant: Mutant
+    # the runner's base scope of the obligation's rows (built from
+    # proofs/config.py values; a lifecycle row adds how it was decided)
+    scope: str
+    # static: ctx -> queries; lifecycle: (ctx, pre, tr, post) -> violation of one step
+    queries: Callable | None = None
+    step_violation: Callable | None = None
+    bmc_violation: Callable | None = None
+    role: Role = Role.PROPERTY
+    rule_specific: bool = True
+    model_specific: bool = True
+    split: bool = True  # the runner's case split on the store configuration applies
+    rules: tuple[str, ...] | None = None  # the rules it is run for (None: every rule)
+    grid: tuple | None = None  # geometries (proofs.geometries): one proof per geometry
+    # the world of kvreach.spec.lifecycle.table: "single" (one incarnation, every
+    # store accepted; rests on the invariant obligation) or "vllm" (restarts,
+    # preemption, the manager's answers; the obligation's own `invariant`,
+    # (ctx, state) -> Bool, proved in the same row by base case and step);
+    # "neighbours": world (b), static
+    world: str = "single"
+    invariant: Callable | None = None
+    bmc_depths: tuple[int, ...] | None = None  # None: the runner's BMC_DEPTHS
+    # world "vllm": facts of one step, (ctx, pre, tr, post) -> [Bool], each
+    # proved from the step's premise on its own, then assumed by the main query
+    lemmas: Callable | None = None
+    # ctx -> [[Bool]], counterexample shapes the real scheduler can run
+    # (tests/vllm, ``--replay-vllm``), tried in order by the counterexample
+    # search (static: once the query is sat); the verdict never depends on them.
+    replayable: Callable | None = None
+    bounds: dict = field(default_factory=dict)  # the bounds its scope states (proofs/config.py)
+    lookup_variant: str = "vllm-0.33"  # the later request's (spec.lookup.LOOKUP_VARIANTS)
+
+    @property
+    def rests_on_invariant(self) -> bool:
+        """A lifecycle proof by 1-step induction in the single-request world:
+        it assumes the rule's invariant (the invariant obligation's)."""
+        return self.kind == "lifecycle" and self.world == "single" and self.role is Role.PROPERTY

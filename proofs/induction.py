@@ -1,0 +1,80 @@
+"""The queries of a lifecycle obligation: the induction step (one
+transition from any state satisfying the invariant, with a world-"vllm"
+obligation's step lemmas), the invariant's base case, and bounded model
+checking (BMC) from the initial state, whose models are the concrete
+counterexamples the runner reports.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from kvreach.proofs.framework import Ctx, Obligation, Query
+from kvreach.spec.lifecycle import K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition
+
+
+def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
+    """One transition from an arbitrary invariant state (induction step). In
+    world "vllm" the invariant is the obligation's own, and its preservation
+    by a running step is part of the violation."""
+    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                    world=ob.world)
+    if ob.world == "single":
+        prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
+        return Query(prem, ob.step_violation(ctx, pre, tr, post))
+    prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
+    return Query(prem + _step_lemmas(ob, ctx, pre, tr, post), ob.step_violation(ctx, pre, tr, post))
+
+
+def _step_lemmas(ob: Obligation, ctx: Ctx, pre, tr, post) -> list:
+    """A world-"vllm" obligation's step facts, in order: a running step keeps
+    its invariant (the induction step's second half, decided on its own:
+    Z3 takes far longer on the disjunction of the two), then its own lemmas."""
+    keeps = z3.Implies(z3.Not(tr.finished), ob.invariant(ctx, post))
+    return [keeps] + (ob.lemmas(ctx, pre, tr, post) if ob.lemmas else [])
+
+
+def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
+    """Each of a world-"vllm" obligation's step lemmas from the step's premise
+    and the lemmas before it (the terms are those of
+    :func:`lifecycle_step_query`: same names)."""
+    if ob.world == "single":
+        return []
+    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                    world=ob.world)
+    prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
+    lems = _step_lemmas(ob, ctx, pre, tr, post)
+    return [Query(prem + lems[:i], z3.Not(lem)) for i, lem in enumerate(lems)]
+
+
+def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
+    """The initial state satisfies the invariant (the rule's, or a world
+    "vllm" obligation's own)."""
+    world = "single" if ob is None else ob.world
+    st = State.fresh("init", world)
+    inv = invariant(ctx.s, ctx.rule, st, ctx.c) if world == "single" else ob.invariant(ctx, st)
+    return Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(inv))
+
+
+def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
+    """``depth`` transitions from the initial state, the last one an end; the
+    steps before it run (world "single": prefill or decode; "vllm": any kind
+    that does not end the request)."""
+    sts = [State.fresh(f"s{i}", ob.world) for i in range(depth + 1)]
+    trs = [
+        transition(ctx.s, ctx.rule, sts[i], sts[i + 1], ctx.c, ctx.budget, f"t{i + 1}",
+                   ctx.store_fn, world=ob.world)
+        for i in range(depth)
+    ]
+    prem = ctx.base() + [ctx.c >= 0, init(sts[0])]
+    for i, t in enumerate(trs):
+        prem.append(t.constraints)
+        if i < depth - 1:
+            prem.append(z3.Or(t.kind == K_PREFILL, t.kind == K_DECODE) if ob.world == "single"
+                        else z3.Not(t.finished))
+        else:
+            prem.append(z3.Or(t.kind == K_FINISH, t.kind == K_ABORT))
+    viol = ob.bmc_violation(ctx, sts, trs) if ob.bmc_violation else z3.BoolVal(False)
+    return Query(prem, viol), sts, trs

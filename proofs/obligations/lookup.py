@@ -1,0 +1,452 @@
+"""The offload lookup's obligations in the single-request world (a later
+request looking up what this request stored): no hit lost to the SWA mask
+(``hit-preservation``), no chunk stored that no lookup loads (``no-waste``),
+the lookup's closed forms (``lookup-prefix-scan``, ``lookup-scan-closed-form``),
+the step a lost hit reduces to (``lookup-run-stored``), monotonicity in the
+store content, and the trade-off where ``W - 1`` is a multiple of the chunk
+(``hit-preserving-wastes``). Rows named ``...-read-window`` check the same
+under the lookup variant ``read-window`` (docs/findings.md F7), set on the
+context's later request(s) when the runner makes it (``Ctx.lookup_variant``),
+so the decoded counterexample records it and replays through the twin with
+the same variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import z3
+
+from kvreach.params import RetentionMode
+from kvreach.proofs import mutants
+from kvreach.proofs.config import (
+    MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS, SCAN_BOUND_KEYS, scope_grid,
+)
+from kvreach.proofs.framework import Ctx, Obligation, Query
+from kvreach.proofs.keep import one_shot_mask
+from kvreach.spec.config import _max, _min
+
+READ_WINDOW = "read-window"
+
+
+def later_request(ctx: Ctx, computed_tokens) -> z3.BoolRef:
+    """A later request (any length, any GPU-local hit, any max_load_tokens)
+    sharing its first ``ctx.shared`` tokens with this request's computed
+    tokens, looking up with this request's groups (``spec.lookup.link``)."""
+    from kvreach.spec.lookup import link
+
+    lk, D = ctx.lk, ctx.shared
+    return z3.And(lk.well_formed(), link(ctx.s, lk), 0 <= D, D <= lk.num_tokens,
+                  D <= computed_tokens, lk.local_hit_tokens <= D)
+
+
+def dense_lookup(ctx: Ctx, offloadable_tokens):
+    """The later request's lookup when the tier holds every chunk this request
+    could offload (dense), as far as the two requests share tokens."""
+    from kvreach.spec.lookup import lookup, prefix_keys
+
+    lk = ctx.lk
+    shared = _min(offloadable_tokens, ctx.shared)
+    return lookup(lk, prefix_keys(z3.If(lk.has_full, shared / lk.C_full, 0), shared / lk.C))
+
+
+def promised(ctx: Ctx, t) -> z3.BoolRef:
+    """Which later requests a retention mode promises a full hit: every one
+    without a retention interval; with interval R > 0 a hit ending at a
+    multiple of R; with any interval the repeated prompt (same tokens, no
+    GPU-local hit, no max_load_tokens)."""
+    s, lk = ctx.s, ctx.lk
+    end = lk.local_hit_tokens + t.hit_tokens
+    repeated = z3.And(lk.num_tokens == s.P, ctx.shared == s.P, lk.local_hit_tokens == 0,
+                      z3.Not(lk.has_max_load))
+    return z3.Or(s.retention_mode == RetentionMode.NONE,
+                 z3.And(s.retention_mode == RetentionMode.POSITIVE, end % (s.Rc * s.C) == 0), repeated)
+
+
+def _no_local_hit(ctx: Ctx) -> list[list]:
+    """A later request vLLM's scheduler runs as decoded: no GPU-local hit
+    (kvreach/vllm_harness/replay.py resets the prefix cache before it looks up)."""
+    return [[ctx.lk.local_hit_tokens == 0]]
+
+
+def _hit_step(ctx: Ctx, pre, tr, post):
+    """The request ended; a later request's dense hit needs chunk ``c`` (it
+    lies in the SWA run the dense lookup accepted) and ``c`` was not stored:
+    with the rule's stores that run breaks, and the hit is shorter."""
+    t = dense_lookup(ctx, tr.off)
+    return z3.And(
+        tr.finished, later_request(ctx, post.f), t.hit_tokens > 0, promised(ctx, t),
+        t.swa_verified[0] <= ctx.c, ctx.c < t.swa_verified[1], z3.Not(post.stored),
+    )
+
+
+def _hit_bmc(ctx, sts, trs):
+    return _hit_step(ctx, sts[-2], trs[-1], sts[-1])
+
+
+def _hit_step_aligned(ctx: Ctx, pre, tr, post):
+    """As ``_hit_step``, for the later requests whose dense
+    hit ends on an SWA chunk boundary (``load_window_size_in_chunks`` adds no
+    right padding): not a repeated prompt of a whole number of alignments,
+    whose hit ends at ``num_tokens - 1``."""
+    t = dense_lookup(ctx, tr.off)
+    end = ctx.lk.local_hit_tokens + t.hit_tokens
+    return z3.And(
+        tr.finished, later_request(ctx, post.f), t.hit_tokens > 0, promised(ctx, t),
+        end % ctx.lk.C == 0,
+        t.swa_verified[0] <= ctx.c, ctx.c < t.swa_verified[1], z3.Not(post.stored),
+    )
+
+
+def _hit_bmc_aligned(ctx, sts, trs):
+    return _hit_step_aligned(ctx, sts[-2], trs[-1], sts[-1])
+
+
+def _no_waste(ctx: Ctx):
+    """A chunk the rule keeps at its final horizon that none of the witness
+    later requests loads: requests of exactly the boundary after the chunk
+    (its hit is capped one token short), one token and one chunk longer, and
+    one chunk past the boundary at the chunk's start (an EAGLE lookup's
+    queried chunk). Each loads the chunk iff its dense hit is nonzero, the
+    chunk is in its loaded range, and no chunk of the run its lookup accepts
+    is missing from the rule's stores."""
+    from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
+
+    s, c, H = ctx.s, ctx.c, ctx.final_horizon_chunks
+    off = z3.Int("offloadable_tokens")
+    kept = lambda x: z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))  # noqa: E731
+    b1 = (c * s.C / s.A + 1) * s.A
+    b0 = c * s.C / s.A * s.A
+    prem = ctx.base() + [H >= 1, H == off / s.C, off >= 0, off <= NO_WASTE_MAX_TOKENS,
+                         z3.Implies(s.prompt_only, off <= s.P), kept(c)]
+    fails = []
+    for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
+        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant)
+        shared = _min(T, off)
+        prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
+                 z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
+                 ctx.lk.full_block_tokens == lk.full_block_tokens, ctx.lk.W == lk.W,
+                 ctx.lk.extra == lk.extra]
+        t = lookup(lk, prefix_keys(z3.If(lk.has_full, shared / lk.C_full, 0), shared / lk.C))
+        c2 = z3.Int(f"witness{i}_missing_chunk")
+        fails.append(z3.Or(
+            t.hit_tokens == 0, z3.Not(z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1])),
+            z3.And(t.swa_verified[0] <= c2, c2 < t.swa_verified[1], z3.Not(kept(c2)))))
+    prem += [ctx.lk.well_formed(), link(s, ctx.lk)]
+    return [Query(prem, z3.And(fails))]
+
+
+def _prefix_scan(ctx: Ctx):
+    """``spec.lookup.prefix_scan_end`` is the scan's end when exactly the
+    keys below ``present_below`` hit: it qualifies, and no larger end does."""
+    from kvreach.spec import lookup
+
+    x, n = z3.Int("present_below"), z3.Int("scan_keys")
+    w, w0, e = z3.Int("sliding_window_chunks"), z3.Int("initial_window_chunks"), z3.Int("larger_end")
+    end = lookup.prefix_scan_end(x, n, ctx.mutant.get("short_by", 0))
+
+    def qualifies(k):  # keys at and above x break the run
+        return lookup.run_qualifies(k, n, w, w0, k >= x, lambda lo, hi: hi > _max(lo, x))
+
+    base = [0 <= n, 1 <= w, w <= w0]
+    return [Query(base, z3.Not(qualifies(end))),
+            Query(base, z3.And(e > end, qualifies(e)))]
+
+
+def _geometries():
+    from kvreach.proofs.geometries import GEOMETRIES
+
+    return GEOMETRIES
+
+
+def _lookup_scan(ctx: Ctx):
+    """Closed form of ``_sliding_window_lookup`` == the loop, for every key
+    count ``n <= SCAN_BOUND_KEYS``, windows ``1 <= w <= w0`` and every
+    HIT / HIT_PENDING / RETRY / MISS answer per key."""
+    from kvreach.spec import lookup
+
+    K = SCAN_BOUND_KEYS
+    brk = [z3.Bool(f"scan_break_{i}") for i in range(K)]
+    retry = [z3.Bool(f"scan_retry_{i}") for i in range(K)]
+    pend = [z3.Bool(f"scan_pending_{i}") for i in range(K)]
+
+    def at(arr, outside):
+        return lambda i: arr[i.as_long()] if 0 <= i.as_long() < K else z3.BoolVal(outside)
+
+    breaks = at(brk, True)
+    retries = lambda i: z3.And(breaks(i), at(retry, False)(i))  # noqa: E731
+    pending = lambda i: z3.And(z3.Not(breaks(i)), at(pend, False)(i))  # noqa: E731
+    n, w, w0 = z3.Int("scan_keys"), z3.Int("sliding_window_chunks"), z3.Int("initial_window_chunks")
+    cf = lookup.scan_end(breaks, pending, retries, n, w, w0, K,
+                         ctx.mutant.get("reset_window_on_break", True))
+    loop = lookup.scan_loop(breaks, pending, retries, n, w, w0, K)
+    premise = [0 <= n, n <= K, 1 <= w, w <= w0] + cf.side
+    return [Query(premise, z3.Or(cf.deferred != loop.deferred,
+                                 z3.And(z3.Not(cf.deferred), cf.end != loop.end)))]
+
+
+def _lookup_monotone(ctx: Ctx):
+    """More keys stored never shortens the hit: for any HIT sets ``S`` and
+    ``S + X`` of both groups (uninterpreted, so every subset pair), the hit
+    against ``S + X`` is at least the hit against ``S``; for vLLM 0.33.0's
+    lookup and for the variant, each with the store configuration's groups
+    (``link``, the geometry's pins)."""
+    from kvreach.spec.lookup import LookupSym, bounded_keys, link, lookup
+
+    K = MONOTONE_BOUND_CHUNKS
+    widen = ctx.mutant.get("widen_initial_by", 0)
+    I, Bo = z3.IntSort(), z3.BoolSort()
+    full, swa = z3.Function("mono_full_hit", I, Bo), z3.Function("mono_swa_hit", I, Bo)
+    full_x, swa_x = z3.Function("mono_full_added", I, Bo), z3.Function("mono_swa_added", I, Bo)
+    out = []
+    for variant in ("vllm-0.33", READ_WINDOW):
+        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant)
+        same = [] if lk is ctx.lk else [
+            getattr(lk, f) == getattr(ctx.lk, f) for f in (
+                "full_block_tokens", "B", "bpc", "W", "extra", "num_tokens",
+                "local_hit_tokens", "max_load_tokens", "has_full", "eagle", "has_max_load")]
+        less = lookup(lk, bounded_keys(full, swa, K, f"mono_{variant}_less"), widen)
+        more = lookup(lk, bounded_keys(lambda c: z3.Or(full(c), full_x(c)),
+                                       lambda c: z3.Or(swa(c), swa_x(c)), K,
+                                       f"mono_{variant}_more"), widen)
+        prem = ctx.base() + same + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
+                                    less.scope, more.scope] + less.side + more.side
+        out.append(Query(prem, more.hit_tokens < less.hit_tokens))
+    return out  # one query per variant (one query for both is slower in Z3)
+
+
+def _lookup_run_stored(ctx: Ctx):
+    """The step ``hit-preservation`` (world (a)) and
+    ``hit-preservation-neighbours`` (world (b)) reduce a lost hit to: for any
+    store whose SWA keys are a subset ``R`` of a prefix ``D = [0, d)`` of
+    chunks (the rule's stores inside the dense ones) and any full-attention
+    answers, the same for both, the lookup's hit against ``R`` equals its hit
+    against ``D`` iff ``D``'s hit is 0 or every chunk of the SWA run ``D``'s
+    lookup accepts (``swa_verified``) is in ``R``. Two queries per lookup
+    variant: a differing hit with that run stored (the encodings would miss
+    the loss), and a chunk of that run missing with an equal hit (their
+    counterexamples would not be losses). One query: the hits differ exactly
+    when that run is stored is the violation (both directions at once)."""
+    from kvreach.spec.lookup import bounded_keys, forall_in, link, lookup
+
+    K = RUN_STORED_BOUND_CHUNKS
+    short = ctx.mutant.get("verified_short_by", 0)
+    I, Bo = z3.IntSort(), z3.BoolSort()
+    full, swa = z3.Function("rs_full_hit", I, Bo), z3.Function("rs_rule_swa_hit", I, Bo)
+    d = z3.Int("rs_dense_swa_chunks")
+    dense = lambda c: z3.And(c >= 0, c < d)  # noqa: E731
+    rule = lambda c: z3.And(swa(c), dense(c))  # noqa: E731
+    lk = ctx.lk
+    keys = bounded_keys(full, rule, K, "rs_rule")
+    r = lookup(lk, keys)
+    # the same full-attention answers: one prefix end (its symbols) for both lookups
+    D = lookup(lk, replace(bounded_keys(full, dense, K, "rs_dense"), full_end=keys.full_end))
+    v0, v1 = D.swa_verified
+    run_stored = z3.Or(D.hit_tokens == 0, forall_in(v0 + short, v1, rule, K))
+    prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
+                         d >= 0, r.scope, D.scope] + r.side + D.side
+    return [Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored)]
+
+
+def _hit_preserving_wastes(ctx: Ctx):
+    """Where ``W - 1`` is a multiple of the chunk, no store rule is both
+    hit-preserving and waste-free (docs/findings.md F7): the later request of
+    ``A + 1`` tokens sharing them (no GPU-local hit, no ``max_load_tokens``)
+    has a dense hit whose accepted SWA run starts at chunk ``c0``, so a rule
+    without ``c0`` loses that hit (``lookup-run-stored``); and no later
+    request's dense hit (any length, shared prefix, GPU-local hit,
+    ``max_load_tokens``, dense store) loads ``c0``. A hit-preserving rule's
+    hits are the dense ones, so it stores ``c0`` and no lookup loads it.
+    The premise holds the witness request (non-vacuity shows it exists);
+    the violation is a dense hit loading ``c0``."""
+    from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
+
+    s, lk = ctx.s, ctx.lk
+    wk = LookupSym.fresh("hw_witness_", lk.variant)
+    seen, seen_w = z3.Int("hw_dense_seen_tokens"), z3.Int("hw_witness_seen_tokens")
+
+    def dense(k, tokens):  # a prefix store as far as the later request shares it
+        return lookup(k, prefix_keys(z3.If(k.has_full, tokens / k.C_full, 0), tokens / k.C))
+
+    D, Dw = dense(lk, seen), dense(wk, seen_w)
+    c0 = Dw.swa_verified[0]
+    same = [getattr(wk, f) == getattr(lk, f) for f in (
+        "full_block_tokens", "B", "bpc", "W", "extra", "has_full", "eagle")]
+    prem = ctx.base() + same + [
+        lk.well_formed(), link(s, lk), wk.well_formed(), link(s, wk), seen >= 0,
+        wk.num_tokens == s.A + 1, seen_w == s.A + 1, wk.local_hit_tokens == 0,
+        z3.Not(wk.has_max_load), Dw.hit_tokens > 0] + D.side + Dw.side
+    return [Query(prem, z3.And(D.hit_tokens > 0, D.swa_loaded[0] <= c0, c0 < D.swa_loaded[1]))]
+
+
+def _geometries_window_one_past_chunks():
+    """The grid's geometries where ``W - 1`` is a multiple of the SWA chunk
+    (no EAGLE, no retention interval, no extra retained tokens)."""
+    return tuple(g for g in _geometries() if g.full_block is not None and not g.eagle
+                 and g.retention is None and not g.extra
+                 and (g.window - 1) % (g.swa_block * g.bpc) == 0)
+
+
+def _geometries_of_the_lookup():
+    """The grid's geometries that differ for the lookup (it does not see the
+    retention interval: those geometries are the PR example's for it)."""
+    return tuple(g for g in _geometries() if g.retention is None)
+
+
+def _geometries_no_eagle_no_retention():
+    return tuple(g for g in _geometries() if not g.eagle and g.retention is None)
+
+
+# --- the obligations --------------------------------------------------------
+
+_GRID = _geometries()
+_GRID_LOOKUP = _geometries_of_the_lookup()
+_GRID_W1 = _geometries_window_one_past_chunks()
+_GRID_ALIGNED = _geometries_no_eagle_no_retention()
+_GRID_TEXT = "geometry fixed to each of the grid (proofs/geometries.py)"
+_GRID_LOOKUP_TEXT = (f"geometry fixed to each of the grid's {len(_GRID_LOOKUP)} without a "
+                     "retention interval (proofs/geometries.py")
+
+
+def _no_waste_scope(variant: str | None) -> str:
+    looking_up = "" if variant is None else f", looking up under '{variant}'"
+    return (f"{_GRID_TEXT}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
+            "symbolic, the final horizon symbolic up to "
+            f"{NO_WASTE_MAX_TOKENS} offloadable tokens; the rule's keep decision at the final "
+            f"horizon (one-shot); four witness later requests per chunk{looking_up} (a proof is "
+            "for those witnesses; a counterexample is confirmed against every later request "
+            "sharing a prefix)")
+
+
+def _run_stored_scope(variant: str) -> str:
+    return (f"bounded: later requests of at most {RUN_STORED_BOUND_CHUNKS} SWA chunks (any "
+            "length up to that, GPU-local hit, max_load_tokens), the dense store any prefix of "
+            "SWA chunks, the rule's any subset of it, the full-attention answers any (the same "
+            f"for both); {_GRID_LOOKUP_TEXT}); lookup variant {variant}; one pass of "
+            "_lookup_complete_chunks")
+
+
+HIT_PRESERVATION = Obligation(
+    "hit-preservation",
+    "No later request loses offload hit tokens to the SWA mask: its hit "
+    "with the rule's stores equals its hit with dense stores (every chunk "
+    "this request could offload), in the single-request world; with a "
+    "retention interval, for the requests the interval promises.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID),
+    step_violation=_hit_step, bmc_violation=_hit_bmc,
+    model_specific=False, grid=_GRID, replayable=_no_local_hit,
+)
+NO_WASTE = Obligation(
+    "no-waste",
+    "Every chunk the rule keeps at the request's final horizon is loaded "
+    "by some later request's lookup against the rule's stores (single-"
+    "request world); a counterexample is confirmed by trying every later "
+    "request that shares a prefix.",
+    "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(None),
+    queries=_no_waste, model_specific=False, grid=_GRID,
+    rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
+    bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
+)
+LOOKUP_PREFIX_SCAN = Obligation(
+    "lookup-prefix-scan",
+    "When exactly the keys below some index hit (one request's dense "
+    "stores), the sliding-window scan ends at min(n, max(0, index)).",
+    "static", mutant=mutants.PREFIX_SCAN_ONE_SHORT,
+    scope=("symbolic, unbounded: key count n >= 0, windows 1 <= w <= w0, the "
+           "first missing key; the closed form of the scan (largest qualifying "
+           "end), no steps"),
+    queries=_prefix_scan, rule_specific=False, model_specific=False, split=False,
+)
+LOOKUP_SCAN_CLOSED_FORM = Obligation(
+    "lookup-scan-closed-form",
+    "The closed form of vLLM's sliding-window lookup scan (largest run "
+    "end whose window below it has no MISS/RETRY; deferred on a RETRY "
+    "after it or a HIT_PENDING inside it) equals the loop "
+    "_sliding_window_lookup runs.",
+    "static", mutant=mutants.SCAN_KEEPS_INITIAL_WINDOW,
+    scope=(f"bounded: every key count n <= {SCAN_BOUND_KEYS}, every answer "
+           "(HIT / HIT_PENDING / RETRY / MISS) per key, windows 1 <= w <= w0 "
+           "symbolic and unbounded; the loop unrolled over the same keys"),
+    queries=_lookup_scan, rule_specific=False, model_specific=False, split=False,
+    bounds={"keys": SCAN_BOUND_KEYS},
+)
+HIT_PRESERVATION_READ_WINDOW = Obligation(
+    "hit-preservation-read-window",
+    "hit-preservation (single-request world) with the lookup variant "
+    "'read-window': get_sliding_window_size_in_chunks returns "
+    "max(1, ceil((W - 1 + extra_retained_tokens) / C)), the chunks the load "
+    "reads (docs/findings.md F7), for the later request and the dense reference.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID),
+    step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
+    rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
+)
+HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
+    "hit-preservation-read-window-aligned",
+    "hit-preservation-read-window for the later requests whose dense hit "
+    "ends on an SWA chunk boundary (no right padding widens the first run: "
+    "every later request but one of a whole number of alignments sharing all "
+    "of it), in the geometries without EAGLE or a retention interval.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED),
+    step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
+    grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
+)
+NO_WASTE_READ_WINDOW = Obligation(
+    "no-waste-read-window",
+    "no-waste (single-request world) with the witness later requests looking "
+    "up under the lookup variant 'read-window'.",
+    "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(READ_WINDOW),
+    queries=_no_waste, model_specific=False, grid=_GRID,
+    rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
+    bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
+)
+
+
+def _run_stored(name: str, variant: str, which: str) -> Obligation:
+    return Obligation(
+        name,
+        "Against a store whose SWA keys are a subset of a prefix of chunks (the "
+        "rule's stores inside the dense ones), with the same full-attention "
+        "answers, the lookup's hit equals the prefix's hit iff that hit is 0 or "
+        "every chunk of the SWA run the prefix's lookup accepts is stored: the "
+        "step hit-preservation and hit-preservation-neighbours reduce a lost hit "
+        f"to; for {which}.",
+        "static", mutant=mutants.VERIFIED_RUN_ONE_SHORT, scope=_run_stored_scope(variant),
+        queries=_lookup_run_stored, rule_specific=False, model_specific=False,
+        grid=_GRID_LOOKUP, split=False, lookup_variant=variant,
+        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS},
+    )
+
+
+LOOKUP_RUN_STORED = _run_stored("lookup-run-stored", "vllm-0.33", "vLLM 0.33.0's lookup")
+LOOKUP_RUN_STORED_READ_WINDOW = _run_stored(
+    "lookup-run-stored-read-window", READ_WINDOW, "the lookup variant 'read-window'")
+HIT_PRESERVING_WASTES = Obligation(
+    "hit-preserving-wastes",
+    "Where W - 1 is a multiple of the SWA chunk, every hit-preserving rule "
+    "stores a chunk no later request loads: the first chunk of the run the "
+    "lookup accepts for the dense hit of a later request of A + 1 tokens is "
+    "loaded by no later request's dense hit (so no rule is both hit-preserving "
+    "and waste-free there, worlds (a) and (b): their dense stores are prefixes).",
+    "static", mutant=mutants.READ_WINDOW_LOOKUP,
+    scope=("geometry fixed to each of the grid's geometries where W - 1 is a multiple "
+           "of the SWA chunk (" + ", ".join(g.name.split(",")[0] for g in _GRID_W1) + "); "
+           "the later request any length, shared prefix, GPU-local hit and max_load_tokens "
+           "(unbounded), the store dense (a prefix: one request's or a union's); "
+           "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks"),
+    queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
+    grid=_GRID_W1, split=False,
+)
+LOOKUP_MONOTONE = Obligation(
+    "lookup-monotone",
+    "The offload lookup is monotone in the store content: with more keys "
+    "stored (any superset, both groups) no later request's hit is shorter; "
+    "for vLLM 0.33.0's lookup and the variant 'read-window'.",
+    "static", mutant=mutants.INITIAL_RUN_TWO_WIDER,
+    scope=(f"bounded: later requests of at most {MONOTONE_BOUND_CHUNKS} SWA chunks "
+           "(any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
+           f"answer per key and every superset of them (uninterpreted); {_GRID_LOOKUP_TEXT}; "
+           "the lookup does not see the interval); both lookup variants; one pass "
+           "of _lookup_complete_chunks (one full-attention, one SWA group)"),
+    queries=_lookup_monotone, rule_specific=False, model_specific=False,
+    grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
+)

@@ -1,0 +1,38 @@
+"""World (b)'s obligation, ``hit-preservation-neighbours``: the later
+request's hit against the union of the rule's stores for earlier requests of
+the same configuration equals its hit against the union of their dense
+stores. The world (its symbols, queries, decoding and replay through the
+twin): ``kvreach.proofs.neighbours``.
+"""
+
+from __future__ import annotations
+
+from kvreach.proofs import mutants, neighbours
+from kvreach.proofs.config import NEIGHBOURS_REQUESTS
+from kvreach.proofs.framework import Obligation
+
+_GRID = neighbours._geometries()
+
+SCOPE = (
+    f"world (b), same-rule neighbours: {NEIGHBOURS_REQUESTS} earlier requests of one "
+    "configuration (prompts, lengths, offloadable tokens and the prefixes each pair shares "
+    "symbolic; offload_prompt_only and max_offload_tokens symbolic), the rule's keep decision "
+    "at each one's final horizon (one-shot; no request's lookup or hit changes another's "
+    "stores), full-attention chunks dense; a later request of any length, any prefixes "
+    "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense "
+    "lookup's closed form and one chunk of its accepted run); geometry fixed to each of the "
+    f"grid's {len(_GRID)} without a retention interval (proofs/geometries.py); HIT / MISS "
+    "answers, one pass of _lookup_complete_chunks"
+)
+
+HIT_PRESERVATION_NEIGHBOURS = Obligation(
+    neighbours.NAME,
+    f"World (b): a later request's hit against the union of the rule's stores for "
+    f"{NEIGHBOURS_REQUESTS} earlier requests of the same configuration (sharing prefixes) "
+    "equals its hit against the union of their dense stores (every chunk each could "
+    "offload).",
+    "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours._queries,
+    model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
+    split=False, replayable=neighbours.replayable,
+    bounds={"earlier_requests": NEIGHBOURS_REQUESTS},
+)
