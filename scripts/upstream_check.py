@@ -603,7 +603,8 @@ def run(cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
                         if patched else f"; stored = vllm-0.33's: {r['stored_is_vllm_033']}")
                     log(f"  [{name}] {r['obligation']} / {r['geometry']}: hit {r['hit']}, "
                         f"dense {r['dense']} (kvreach, vllm-0.33: {r['kvreach_vllm_033'][0]} vs "
-                        f"{r['kvreach_vllm_033'][1]}){extra}: {'ok' if r['ok'] else 'FAIL'}")
+                        f"{r['kvreach_vllm_033'][1]}){extra}: "
+                        + (("dense hit" if patched else "loss reproduced") if r["ok"] else "FAIL"))
                 verdicts[f"replays_{name}"] = {"ok": bool(rows) and all(r["ok"] for r in rows),
                                                "rows": rows}
         if "diff" not in skip:
@@ -628,7 +629,7 @@ def run(cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
                             f"    lookup-window {res['lookup_window']}")
                 verdicts[f"diff_{name}"] = res
     ok = all(v["ok"] for v in verdicts.values())
-    log("verdict: " + ("PASS" if ok else "FAIL ") + ", ".join(
+    log("verdict: " + ("PASS: " if ok else "FAIL: ") + ", ".join(
         f"{k} {'ok' if v['ok'] else 'FAIL'}" for k, v in verdicts.items()))
     if json_out is not None:
         Path(json_out).write_text(json.dumps({"ok": ok, **verdicts}, indent=2, default=str) + "\n")
