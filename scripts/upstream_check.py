@@ -39,9 +39,8 @@ each subprocess first checks that ``vllm`` resolves into its tree. Exit 0
 when every verdict holds, 1 otherwise, 2 on bad input. Needs vLLM 0.33.0's
 dependencies (the ``vllm`` extra), ``patch``, and this checkout.
 
-The sdist: ``vllm-0.33.0.tar.gz`` under ``$VLLM_SRC_CACHE``, /work/cache/
-vllm-0.33.0-sdist or ``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if
-none has it, it is downloaded once into the last with the vllm-sdist tool
+The sdist: ``vllm-0.33.0.tar.gz`` under ``$VLLM_SRC_CACHE`` or
+``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if none has it, it is downloaded once into the last with the vllm-sdist tool
 (``$VLLM_SDIST``, default ../shared/tools/vllm-sdist beside the checkout).
 """
 
@@ -80,20 +79,18 @@ class BadInput(Exception):
 
 
 def replay_helpers():
-    """kvreach's vLLM replay helpers (today tests/vllm of this checkout).
+    """kvreach's vLLM replay helpers (the package ``kvreach.vllm_harness``).
     -> a namespace with ``replay``, ``replay_neighbours``, ``reproduced``,
     ``STOCK``, ``write_offline_model``, ``hybrid_kv_cache_shim``."""
     from types import SimpleNamespace
 
-    sys.path[:0] = [str(REPO / "tests" / "vllm")]
-    import kvreach_vllm_harness
-    import replay_vllm
+    from kvreach.vllm_harness import cpu_shims, replay, runner
 
     return SimpleNamespace(
-        replay=replay_vllm.replay, replay_neighbours=replay_vllm.replay_neighbours,
-        reproduced=replay_vllm.reproduced, STOCK=kvreach_vllm_harness.STOCK,
-        write_offline_model=kvreach_vllm_harness.write_offline_model,
-        hybrid_kv_cache_shim=kvreach_vllm_harness.hybrid_kv_cache_shim)
+        replay=replay.replay, replay_neighbours=replay.replay_neighbours,
+        reproduced=replay.reproduced, STOCK=runner.STOCK,
+        write_offline_model=cpu_shims.write_offline_model,
+        hybrid_kv_cache_shim=cpu_shims.hybrid_kv_cache_shim)
 
 
 # ---------------------------------------------------------------------------
@@ -105,7 +102,6 @@ def cache_dirs() -> list[Path]:
     dirs = []
     if os.environ.get("VLLM_SRC_CACHE"):
         dirs.append(Path(os.environ["VLLM_SRC_CACHE"]))
-    dirs.append(Path("/work/cache/vllm-0.33.0-sdist"))
     xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     dirs.append(xdg / "kvreach" / "vllm-sdist")
     return dirs

@@ -3,8 +3,8 @@ sdist: it applies cleanly (fast), and scripts/upstream_check.py's verdicts
 on the patched tree with vLLM's stock connector (slow: four runs of vLLM's
 own scheduler tests, the F6 replays, the differential check).
 
-The sdist comes from a cache (``$VLLM_SRC_CACHE``, /work/cache/
-vllm-0.33.0-sdist, ``~/.cache/kvreach/vllm-sdist``) or is downloaded once
+The sdist comes from a cache (``$VLLM_SRC_CACHE`` or
+``~/.cache/kvreach/vllm-sdist``) or is downloaded once
 into the user's cache by the vllm-sdist tool (``upstream_check.sdist_archive``).
 """
 
