@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 import tomllib
 from concurrent.futures import ProcessPoolExecutor
@@ -551,12 +552,23 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     return _mutant_cache[name]
 
 
-def _ignore_sigint() -> None:
-    """Worker start-up: Ctrl-C is the parent's to handle (``kvreach prove``
-    kills the workers), not one traceback per worker."""
-    import signal
+def _worker_init(parent_pid: int) -> None:
+    """A pool worker's start-up. SIGINT, SIGTERM and SIGHUP are the parent's
+    to handle (``kvreach prove`` kills the workers and writes one line; no
+    traceback per worker, no worker dying first and breaking the pool under
+    the parent's feet), and on Linux the worker is killed when the parent
+    dies however it dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so no worker
+    outlives the run."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        import ctypes
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's kill only
+        return
+    if os.getppid() != parent_pid:  # the parent died before the prctl
+        os._exit(1)
 
 
 def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None):
@@ -593,13 +605,28 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         # made the resources schedule-independent (docs/conformance.md) but a
         # child spawned during Ctrl-C does not ignore SIGINT yet and breaks
         # the pool, so it is not used.
-        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint)
-        keys = invs + rest
-        order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
-                       - (100 if keys[i][0] == "invariant" else 0))
-        futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
-                for i in order}
+        # The workers are spawned (by the submits) with SIGINT, SIGTERM and
+        # SIGHUP blocked, a mask they inherit: a signal during a worker's
+        # start-up (before its initializer) is not a traceback in it. Here the
+        # signals stay pending (or go to another thread, ``kvreach prove``'s
+        # watcher) until the mask is restored.
+        # The resource tracker is started first: starting it unblocks SIGINT
+        # and SIGTERM (multiprocessing.resource_tracker.ensure_running).
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_worker_init, initargs=(os.getpid(),))
+            keys = invs + rest
+            order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
+                           - (100 if keys[i][0] == "invariant" else 0))
+            futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
+                    for i in order}
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         inv_rows = [futs[i].result() for i in range(len(invs))]
         results = (futs[len(invs) + i].result() for i in range(len(rest)))
     try:

@@ -1,7 +1,7 @@
 """``kvreach prove``: run the proof obligations, show the table, write the
 run (``--json``, ``--junit``: :mod:`kvreach.proofs.results`; ``-`` for
-stdout). Output paths are checked before the first proof; Ctrl-C stops the
-run within a second (:mod:`kvreach.cli._interrupt`); with stderr not a
+stdout). Output paths are checked before the first proof; Ctrl-C, SIGTERM
+or SIGHUP stops the run within a second (:mod:`kvreach.cli._interrupt`); with stderr not a
 terminal, progress is one line per finished row."""
 
 from __future__ import annotations
