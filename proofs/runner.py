@@ -27,7 +27,7 @@ import z3
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
 # obligations before restarts: a spawned worker imports this module first, and
 # restarts <-> obligations import each other (obligations must start the cycle)
-from kvreach.proofs import decode, obligations, restarts  # noqa: F401
+from kvreach.proofs import cache, decode, obligations, restarts  # noqa: F401
 from kvreach.proofs.mutants import MUTANTS, PLANTS
 from kvreach.proofs.obligations import (
     OBLIGATIONS, Ctx, Query, bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
@@ -37,7 +37,7 @@ from kvreach.spec.config import SymConfig
 # The budgets, bounds, scope, splits and scheduling hints: proofs/config.py.
 from kvreach.proofs.config import (  # noqa: E402  (names the tests patch here)
     BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL,
-    SCOPE_SYMBOLIC, SCOPE_WORLD_VLLM, SLOW, VACUITY_RL,
+    SCOPE_SYMBOLIC, SCOPE_WORLD_VLLM, VACUITY_RL, measured_rlimits,
 )
 from kvreach.proofs.config import cube as _cube  # noqa: E402
 from kvreach.proofs.config import splits as _splits  # noqa: E402
@@ -57,6 +57,10 @@ class Row:
     seconds: float
     expected: str = ""
     rlimit: int = 0  # Z3 resource units spent by the row's checks (mutant included)
+    solver_seconds: float = 0.0  # CPU seconds inside the solver's check() calls of the row
+    # every unsat / unknown check of the row was answered by the result cache
+    # (proofs/cache.py; its sat checks, if any, were solved again)
+    cached: bool = False
     non_vacuous: bool | None = None
     mutant: str = ""
     mutant_rejected: bool | None = None
@@ -78,7 +82,8 @@ class Row:
             "obligation": self.obligation, "rule": self.rule,
             "load_model": self.load_model, "verdict": self.verdict,
             "expected": self.expected, "scope": self.scope,
-            "seconds": round(self.seconds, 3), "rlimit": self.rlimit,
+            "seconds": round(self.seconds, 3), "solver_seconds": round(self.solver_seconds, 3),
+            "rlimit": self.rlimit, "cached": self.cached,
             "non_vacuous": self.non_vacuous,
             "mutant": self.mutant, "mutant_rejected": self.mutant_rejected,
             "detail": self.detail, "counterexample": self.counterexample,
@@ -114,6 +119,13 @@ class Meter:
 
 # Optional hook (calibration, bench): called with (limit, used, result) per check.
 CHECK_HOOK = None
+
+# CPU seconds spent inside ``check()`` in this process so far (each row
+# reports the difference over its run: its solver time beside its total).
+_solver_seconds = 0.0
+# Checks of this process answered from the result cache (proofs/cache.py) and
+# unsat / unknown checks solved (a sat check is always solved: not counted).
+_cache_counts = {"hit": 0, "solved": 0}
 
 
 def _new_solver(c: z3.Context):
@@ -162,14 +174,26 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
         meter.exhausted += 1
         return z3.unknown, None
     text = _smtlib(assertions)
-    c = z3.Context()
-    s = _new_solver(c)
-    s.set("rlimit", limit)
-    s.from_string(text)
-    r = s.check()
-    st = s.statistics()
-    used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
-    m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
+    global _solver_seconds
+    hit = cache.lookup(text, limit) if cache.enabled() else None
+    if hit is not None:  # an unsat / unknown answer to this exact query and limit
+        r, used, m = {"unsat": z3.unsat, "unknown": z3.unknown}[hit[0]], hit[1], None
+        _cache_counts["hit"] += 1
+    else:
+        c = z3.Context()
+        s = _new_solver(c)
+        s.set("rlimit", limit)
+        s.from_string(text)
+        t = time.thread_time()
+        r = s.check()
+        _solver_seconds += time.thread_time() - t
+        st = s.statistics()
+        used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
+        m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
+        if r != z3.sat:
+            _cache_counts["solved"] += 1
+            if cache.enabled():
+                cache.store(text, limit, str(r), used)
     if meter is not None:
         meter.used += used
         meter.checks += 1
@@ -389,6 +413,7 @@ def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=Non
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     ob = OBLIGATIONS[name]
     t0 = time.perf_counter()  # reported only: no verdict depends on it
+    solver0, counts0 = _solver_seconds, dict(_cache_counts)
     meter = Meter(ROW_RL)
     scope = SCOPE_SYMBOLIC
     detail = ""
@@ -472,7 +497,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     used = meter.used + _mutant_used.get(name, 0)
     return Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
                non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
-               detail=detail, counterexample=cex, rlimit=used)
+               detail=detail, counterexample=cex, rlimit=used,
+               solver_seconds=_solver_seconds - solver0,
+               cached=(_cache_counts["solved"] == counts0["solved"]
+                       and _cache_counts["hit"] > counts0["hit"]))
 
 
 def _grid_row(name, rule, model, invariant_ok, meter):
@@ -599,8 +627,8 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         inv_rows = [run_row(*key, {}) for key in invs]
         results = (run_row(*key, assume) for key in rest)
     else:
-        # One solver process per core; slowest first (longest-processing-time
-        # order), results still reported in table order.
+        # One solver process per core; largest first (longest-processing-time
+        # order, :func:`schedule`), results still reported in table order.
         # Processes are reused: a fresh process per row (max_tasks_per_child=1)
         # made the resources schedule-independent (docs/conformance.md) but a
         # child spawned during Ctrl-C does not ignore SIGINT yet and breaks
@@ -621,8 +649,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
             pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=_worker_init, initargs=(os.getpid(),))
             keys = invs + rest
-            order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
-                           - (100 if keys[i][0] == "invariant" else 0))
+            order = schedule(keys)
             futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
                     for i in order}
         finally:
@@ -646,6 +673,20 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     finally:
         if jobs > 1:
             pool.shutdown(cancel_futures=True)
+
+
+def schedule(keys: list[tuple[str, str, str]], measured: dict | None = None) -> list[int]:
+    """The order the pool starts ``keys`` in (indices): the invariant rows
+    first (every lifecycle row's report waits for them), then the rows the
+    committed run (:func:`kvreach.proofs.config.measured_rlimits`) does not
+    have (new: their cost is unknown), then the largest ``rlimit`` first;
+    ties in table order."""
+    measured = measured_rlimits() if measured is None else measured
+
+    def rank(i: int):
+        key = keys[i]
+        return (key[0] != "invariant", key in measured, -measured.get(key, 0), i)
+    return sorted(range(len(keys)), key=rank)
 
 
 def _rest_on(row: Row, invariant_ok: dict) -> None:
