@@ -13,7 +13,12 @@ counterexample is always re-checked by the solver. An entry that does not
 parse, whose key fields differ from the query's, or whose checksum is wrong
 is ignored (and overwritten by the fresh answer).
 
-Where: ``$XDG_CACHE_HOME/kvreach/queries`` or ``~/.cache/kvreach/queries``.
+A ``proved`` row is also kept whole, keyed by the source it was proved
+with (below: building the queries costs more than solving most of them);
+its sat checks are kept as text and solved again.
+
+Where: ``$XDG_CACHE_HOME/kvreach/{queries,rows}`` or
+``~/.cache/kvreach/{queries,rows}``.
 Off when ``CI`` is ``true`` (CI runs everything) or with
 ``kvreach prove --no-cache``; the tests and the library default to off
 (:data:`ENABLED` is set by the CLI).
@@ -87,4 +92,83 @@ def store(text: str, limit: int, result: str, used: int) -> None:
         tmp.write_text(json.dumps(entry, sort_keys=True))
         os.replace(tmp, path)
     except OSError:  # a read-only or full cache directory: no cache, same verdicts
+        pass
+
+
+# --- whole rows ---------------------------------------------------------------
+#
+# Building a row's queries (Python terms, printed to SMT-LIB) costs more than
+# solving most of them, so a warm run that looked every query up would still
+# pay for all of them. A proved row is also kept whole, keyed by what its
+# queries are a function of: the source of the packages that build and check
+# them (kvreach, kvreach.spec, kvreach.proofs, kvreach.impl: every file, the
+# budgets of proofs/config.py included), the Z3 and Python versions and the
+# row. The queries have fixed symbol names, the solver a fixed seed and no
+# wall-clock limit, and nothing else goes in (no randomness, no time, no
+# environment), so an identical key means identical query texts and limits,
+# hence the same answers and resource counts: the same exactness as the
+# query key, computed without building a query. The row's sat answers (its
+# non-vacuity and mutant checks) are still not trusted: the entry keeps their
+# SMT-LIB text and each is solved again (:func:`kvreach.proofs.runner.cached_row`).
+# Only ``proved`` rows are kept (a counterexample row is decoded and replayed
+# every time).
+
+_source: str | None = None
+
+
+def source_digest() -> str:
+    """sha256 over the files of the packages the proof run's queries come
+    from (paths and bytes, in sorted order), the Z3 and Python versions."""
+    global _source
+    if _source is None:
+        import importlib.util
+        import sys
+
+        h = hashlib.sha256()
+        h.update(f"z3 {z3.get_version_string()} python {sys.version}".encode())
+        for pkg in ("kvreach", "kvreach.spec", "kvreach.proofs", "kvreach.impl"):
+            spec = importlib.util.find_spec(pkg)
+            for root in spec.submodule_search_locations or ():
+                for f in sorted(Path(root).iterdir()):
+                    if f.is_file() and f.suffix in (".py", ".toml"):
+                        h.update(f"{pkg}/{f.name}\0".encode() + f.read_bytes() + b"\0")
+        _source = h.hexdigest()
+    return _source
+
+
+def _row_path(key: tuple[str, str, str]) -> tuple[Path, dict]:
+    fields = {"source": source_digest(), "row": list(key)}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    return cache_dir().parent / "rows" / digest[:2] / f"{digest}.json", fields
+
+
+def row_lookup(key: tuple[str, str, str]) -> dict | None:
+    """The stored row (``row``: its JSON fields; ``sat``: [[text, limit], ...]
+    to solve again) for this row and source, or None."""
+    path, fields = _row_path(key)
+    try:
+        entry = json.loads(path.read_text())
+        if (not isinstance(entry, dict) or entry.get("checksum") != _checksum(entry)
+                or any(entry.get(k) != v for k, v in fields.items())
+                or not isinstance(entry.get("fields"), dict)
+                or entry["fields"].get("verdict") != "proved"
+                or not isinstance(entry.get("sat"), list)):
+            return None
+        return entry
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def row_store(key: tuple[str, str, str], row_fields: dict, sat: list) -> None:
+    if row_fields.get("verdict") != "proved":
+        return
+    path, fields = _row_path(key)
+    entry = fields | {"fields": row_fields, "sat": [[t, int(rl)] for t, rl in sat]}
+    entry["checksum"] = _checksum(entry)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entry, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
         pass

@@ -67,6 +67,11 @@ class Row:
     detail: str = ""
     counterexample: dict | None = field(default=None, repr=False)
 
+    def ok_apart_from_expected(self) -> bool:
+        """Proved, non-vacuous, its mutant rejected (what a kept row must be)."""
+        return (self.verdict == "proved" and not self.detail and self.non_vacuous is True
+                and self.mutant_rejected is True)
+
     @property
     def ok(self) -> bool:
         return (
@@ -126,6 +131,9 @@ _solver_seconds = 0.0
 # Checks of this process answered from the result cache (proofs/cache.py) and
 # unsat / unknown checks solved (a sat check is always solved: not counted).
 _cache_counts = {"hit": 0, "solved": 0}
+# (SMT-LIB text, rlimit) of every sat check of this process, in order: a
+# proved row kept whole (cache.row_store) keeps its own, to solve them again.
+_sat_log: list[tuple[str, int]] = []
 
 
 def _new_solver(c: z3.Context):
@@ -190,7 +198,9 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
         st = s.statistics()
         used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
         m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
-        if r != z3.sat:
+        if r == z3.sat:
+            _sat_log.append((text, limit))
+        else:
             _cache_counts["solved"] += 1
             if cache.enabled():
                 cache.store(text, limit, str(r), used)
@@ -413,7 +423,7 @@ def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=Non
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     ob = OBLIGATIONS[name]
     t0 = time.perf_counter()  # reported only: no verdict depends on it
-    solver0, counts0 = _solver_seconds, dict(_cache_counts)
+    solver0, counts0, sats0 = _solver_seconds, dict(_cache_counts), len(_sat_log)
     meter = Meter(ROW_RL)
     scope = SCOPE_SYMBOLIC
     detail = ""
@@ -491,16 +501,54 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
                     _unknown_detail(meter) if r == z3.unknown else
                     f"induction step fails and BMC finds no counterexample within {max(BMC_DEPTHS)} steps"
                 )
+    row_sats = _sat_log[sats0:]
     mutant, rejected = run_mutant(name, rule, model)
     # The mutant's checks count whether they ran now or were cached: the
     # row's resources do not depend on which rows ran before in the process.
     used = meter.used + _mutant_used.get(name, 0)
-    return Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
-               non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
-               detail=detail, counterexample=cex, rlimit=used,
-               solver_seconds=_solver_seconds - solver0,
-               cached=(_cache_counts["solved"] == counts0["solved"]
-                       and _cache_counts["hit"] > counts0["hit"]))
+    row = Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
+              non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
+              detail=detail, counterexample=cex, rlimit=used,
+              solver_seconds=_solver_seconds - solver0,
+              cached=(_cache_counts["solved"] == counts0["solved"]
+                      and _cache_counts["hit"] > counts0["hit"]))
+    if cache.enabled() and row.ok_apart_from_expected():
+        cache.row_store((name, rule, model), {k: getattr(row, k) for k in _KEPT},
+                        row_sats + _mutant_sats.get(name, []))
+    return row
+
+
+# The fields of a proved row kept whole by the cache.
+_KEPT = ("verdict", "scope", "rlimit", "non_vacuous", "mutant", "mutant_rejected", "detail")
+
+
+def cached_row(name: str, rule: str, model: str) -> Row | None:
+    """The row from the cache (:func:`kvreach.proofs.cache.row_lookup`: a
+    proved row of this exact source), its sat checks (non-vacuity, mutant)
+    solved again, each of which must still be sat; None otherwise."""
+    entry = cache.row_lookup((name, rule, model))
+    if entry is None:
+        return None
+    global _solver_seconds
+    t0, solver0 = time.perf_counter(), _solver_seconds
+    for text, limit in entry["sat"]:
+        c = z3.Context()
+        s = _new_solver(c)
+        s.set("rlimit", limit)
+        s.from_string(text)
+        t = time.thread_time()
+        r = s.check()
+        _solver_seconds += time.thread_time() - t
+        if r != z3.sat:
+            return None
+    f = entry["fields"]
+    try:
+        return Row(name, rule, model, f["verdict"], f["scope"], time.perf_counter() - t0,
+                   rlimit=int(f["rlimit"]), non_vacuous=f["non_vacuous"], mutant=f["mutant"],
+                   mutant_rejected=f["mutant_rejected"], detail=f["detail"],
+                   solver_seconds=_solver_seconds - solver0, cached=True)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _grid_row(name, rule, model, invariant_ok, meter):
@@ -546,6 +594,7 @@ def _unknown_detail(meter: Meter) -> str:
 
 _mutant_cache: dict[str, tuple[str, bool]] = {}
 _mutant_used: dict[str, int] = {}
+_mutant_sats: dict[str, list[tuple[str, int]]] = {}
 
 
 def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
@@ -554,6 +603,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     ``_mutant_used``."""
     if name in _mutant_cache:
         return _mutant_cache[name]
+    sats0 = len(_sat_log)
     mname, store_fn, variant = MUTANTS[name]
     ob = OBLIGATIONS[name]
     meter = Meter(ROW_RL)
@@ -577,6 +627,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
         rejected = depth is not None
     _mutant_cache[name] = (mname, rejected)
     _mutant_used[name] = meter.used
+    _mutant_sats[name] = _sat_log[sats0:]
     return _mutant_cache[name]
 
 
@@ -622,10 +673,15 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     invs = [("invariant", r, "any") for r in rules if r in needed]
     rest = [key for key in todo if key not in invs]
     assume = {r: True for r in rules}
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(invs) + len(rest)))
+    keys = invs + rest
+    # proved rows of an unchanged source, their sat checks solved again
+    hits = {i: row for i, key in enumerate(keys)
+            if (row := cached_row(*key) if cache.enabled() else None) is not None}
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(keys) - len(hits)))
+    pool = None
     if jobs == 1:
-        inv_rows = [run_row(*key, {}) for key in invs]
-        results = (run_row(*key, assume) for key in rest)
+        def get(i: int) -> Row:
+            return hits[i] if i in hits else run_row(*keys[i], {} if i < len(invs) else assume)
     else:
         # One solver process per core; largest first (longest-processing-time
         # order, :func:`schedule`), results still reported in table order.
@@ -648,14 +704,15 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         try:
             pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=_worker_init, initargs=(os.getpid(),))
-            keys = invs + rest
-            order = schedule(keys)
             futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
-                    for i in order}
+                    for i in schedule(keys) if i not in hits}
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        inv_rows = [futs[i].result() for i in range(len(invs))]
-        results = (futs[len(invs) + i].result() for i in range(len(rest)))
+
+        def get(i: int) -> Row:
+            return hits[i] if i in hits else futs[i].result()
+    inv_rows = [get(i) for i in range(len(invs))]
+    results = (get(len(invs) + i) for i in range(len(rest)))
     try:
         invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
         for row in inv_rows:
@@ -671,7 +728,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
                 progress(row)
             yield row
     finally:
-        if jobs > 1:
+        if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 

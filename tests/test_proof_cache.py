@@ -147,3 +147,64 @@ def test_prove_reports_cached_rows_and_no_cache_runs_everything(monkeypatch):
     assert "load-window-blocks any any: proved (cached) (ok)" in _prove()
     assert "(cached)" not in _prove("--no-cache")
     assert "(cached)" not in _prove(env={"CI": "true"})
+
+
+def _rows_dir() -> Path:
+    return cache.cache_dir().parent / "rows"
+
+
+def _run(name: str) -> list:
+    _fresh_process_state()
+    return list(runner.run(name, jobs=1))
+
+
+def _count_run_row(monkeypatch) -> list:
+    ran, real = [], runner.run_row
+
+    def counted(name, rule, model, inv):
+        ran.append((name, rule, model))
+        return real(name, rule, model, inv)
+    monkeypatch.setattr(runner, "run_row", counted)
+    return ran
+
+
+def test_a_proved_row_is_kept_whole_and_its_sat_checks_solved_again(on, monkeypatch):
+    [first] = _run("load-window-blocks")
+    [entry_path] = sorted(_rows_dir().rglob("*.json"))
+    entry = json.loads(entry_path.read_text())
+    assert entry["sat"], "non-vacuity and the mutant are sat checks: kept to be solved again"
+    ran = _count_run_row(monkeypatch)
+    [again] = _run("load-window-blocks")
+    assert ran == [] and again.cached and _facts(again) == _facts(first)
+    assert again.solver_seconds > 0  # the sat checks ran
+
+
+@pytest.mark.parametrize("damage", ["garbage", "checksum", "sat-now-unsat", "other-source"])
+def test_a_damaged_row_entry_is_not_trusted(on, damage, monkeypatch):
+    [first] = _run("load-window-blocks")
+    [path] = sorted(_rows_dir().rglob("*.json"))
+    entry = json.loads(path.read_text())
+    if damage == "garbage":
+        path.write_text("{")
+    elif damage == "checksum":
+        entry["fields"]["rlimit"] += 1
+        path.write_text(json.dumps(entry))
+    else:
+        if damage == "sat-now-unsat":  # a kept sat check that is no longer sat
+            entry["sat"][0][0] += "\n(assert false)"
+        else:
+            entry["source"] = "0" * 64
+        entry["checksum"] = cache._checksum(entry)
+        path.write_text(json.dumps(entry))
+    assert runner.cached_row("load-window-blocks", "any", "any") is None
+    ran = _count_run_row(monkeypatch)
+    [again] = _run("load-window-blocks")
+    assert ran == [("load-window-blocks", "any", "any")]  # run, not taken whole
+    assert _facts(again) == _facts(first)
+
+
+def test_a_changed_source_misses_the_row(on, monkeypatch):
+    _run("load-window-blocks")
+    assert runner.cached_row("load-window-blocks", "any", "any") is not None
+    monkeypatch.setattr(cache, "_source", "another tree")
+    assert runner.cached_row("load-window-blocks", "any", "any") is None
