@@ -131,8 +131,9 @@ _solver_seconds = 0.0
 # Checks of this process answered from the result cache (proofs/cache.py) and
 # unsat / unknown checks solved (a sat check is always solved: not counted).
 _cache_counts = {"hit": 0, "solved": 0}
-# (SMT-LIB text, rlimit) of every sat check of this process, in order: a
-# proved row kept whole (cache.row_store) keeps its own, to solve them again.
+# With the cache on, (SMT-LIB text, rlimit) of every sat check of this
+# process, in order: a proved row kept whole (cache.row_store) keeps its own,
+# to solve them again.
 _sat_log: list[tuple[str, int]] = []
 
 
@@ -198,11 +199,12 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
         st = s.statistics()
         used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
         m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
-        if r == z3.sat:
-            _sat_log.append((text, limit))
-        else:
+        if r != z3.sat:
             _cache_counts["solved"] += 1
-            if cache.enabled():
+        if cache.enabled():
+            if r == z3.sat:
+                _sat_log.append((text, limit))
+            else:
                 cache.store(text, limit, str(r), used)
     if meter is not None:
         meter.used += used
