@@ -53,7 +53,9 @@ def prove(
 
     from kvreach.proofs import cache
 
-    # the spawned workers inherit the environment: the switch goes there
+    # the spawned workers inherit the environment: the switch goes there (for
+    # this run only: a caller in the same process keeps its own setting)
+    previous = os.environ.get(cache.ENV)
     os.environ[cache.ENV] = "0" if no_cache else "1"
     todo = list(runner.rows_for(obligation, rule, load_model))
     # runner.run yields the invariant rows first, then the rest in order.
@@ -71,6 +73,11 @@ def prove(
                 rows.append(row)
         except ParamError as e:
             raise _from_param_error(e) from None
+        finally:
+            if previous is None:
+                os.environ.pop(cache.ENV, None)
+            else:
+                os.environ[cache.ENV] = previous
     total = time.perf_counter() - t0
 
     n_ok = print_prove_report(out, rows, total)
