@@ -208,3 +208,16 @@ def test_a_changed_source_misses_the_row(on, monkeypatch):
     assert runner.cached_row("load-window-blocks", "any", "any") is not None
     monkeypatch.setattr(cache, "_source", "another tree")
     assert runner.cached_row("load-window-blocks", "any", "any") is None
+
+
+def test_prove_sets_the_cache_switch_for_its_run_only(monkeypatch):
+    import os
+
+    from typer.testing import CliRunner
+
+    from kvreach.cli import app
+
+    monkeypatch.delenv(cache.ENV, raising=False)
+    r = CliRunner().invoke(app, ["prove", "--obligation", "lookup-prefix-scan"])
+    assert r.exit_code == 0, r.output
+    assert cache.ENV not in os.environ
