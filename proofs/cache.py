@@ -13,9 +13,9 @@ counterexample is always re-checked by the solver. An entry that does not
 parse, whose key fields differ from the query's, or whose checksum is wrong
 is ignored (and overwritten by the fresh answer).
 
-A ``proved`` row is also kept whole, keyed by the source it was proved
-with (below: building the queries costs more than solving most of them);
-its sat checks are kept as text and solved again.
+A row is also kept whole, keyed by the source it was proved with (below:
+building the queries costs more than solving most of them); its sat checks
+are kept with their models, each re-checked by evaluation on a hit.
 
 Where: ``$XDG_CACHE_HOME/kvreach/{queries,rows}`` or
 ``~/.cache/kvreach/{queries,rows}``.
@@ -99,21 +99,24 @@ def store(text: str, limit: int, result: str, used: int) -> None:
 #
 # Building a row's queries (Python terms, printed to SMT-LIB) costs more than
 # solving most of them, so a warm run that looked every query up would still
-# pay for all of them. A proved row is also kept whole, keyed by what its
-# queries are a function of: the source of the packages that build and check
-# them (kvreach, kvreach.spec, kvreach.proofs, kvreach.impl: every file, the
-# budgets of proofs/config.py included), the Z3 and Python versions and the
-# row. The queries have fixed symbol names, the solver a fixed seed and no
-# wall-clock limit, and nothing else goes in (no randomness, no time, no
-# environment), so an identical key means identical query texts and limits,
-# hence the same answers and resource counts: the same exactness as the
-# query key, computed without building a query. The row's sat answers (its
-# non-vacuity and mutant checks) are still not trusted: the entry keeps their
-# SMT-LIB text and each is solved again (:func:`kvreach.proofs.runner.cached_row`).
-# Only ``proved`` rows are kept (a counterexample row is decoded and replayed
-# every time).
+# pay for all of them. A row is also kept whole (when proved, or a
+# counterexample that replays; non-vacuous, its mutant rejected), keyed by
+# what its queries are a function of: the source of the packages that build
+# and check them (kvreach, kvreach.spec, kvreach.proofs, kvreach.impl: every
+# file, the budgets of proofs/config.py included), the Z3 and Python versions
+# and the row. The queries have fixed symbol names, the solver a fixed seed
+# and no wall-clock limit, and nothing else goes in (no randomness, no time,
+# no environment), so an identical key means identical query texts and
+# limits, hence the same answers and resource counts: the same exactness as
+# the query key, computed without building a query. The row's sat answers
+# (non-vacuity, mutant, counterexample) are not trusted: the entry keeps
+# each one's SMT-LIB text and model, and a hit checks every model against its
+# query by evaluation (the query with the model's values asserted, which the
+# solver decides by propagation), solving the query again where that is not
+# sat (:func:`kvreach.proofs.runner.cached_row`).
 
 _source: str | None = None
+KEPT_VERDICTS = ("proved", "counterexample")
 
 
 def source_digest() -> str:
@@ -151,7 +154,7 @@ def row_lookup(key: tuple[str, str, str]) -> dict | None:
         if (not isinstance(entry, dict) or entry.get("checksum") != _checksum(entry)
                 or any(entry.get(k) != v for k, v in fields.items())
                 or not isinstance(entry.get("fields"), dict)
-                or entry["fields"].get("verdict") != "proved"
+                or entry["fields"].get("verdict") not in KEPT_VERDICTS
                 or not isinstance(entry.get("sat"), list)):
             return None
         return entry
@@ -160,11 +163,15 @@ def row_lookup(key: tuple[str, str, str]) -> dict | None:
 
 
 def row_store(key: tuple[str, str, str], row_fields: dict, sat: list) -> None:
-    if row_fields.get("verdict") != "proved":
+    if row_fields.get("verdict") not in KEPT_VERDICTS:
         return
     path, fields = _row_path(key)
-    entry = fields | {"fields": row_fields, "sat": [[t, int(rl)] for t, rl in sat]}
-    entry["checksum"] = _checksum(entry)
+    entry = fields | {"fields": row_fields,
+                      "sat": [[t, int(rl), pins] for t, rl, pins in sat]}
+    try:
+        entry["checksum"] = _checksum(entry)
+    except (TypeError, ValueError):  # a counterexample that is not JSON: not kept
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

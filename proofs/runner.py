@@ -68,9 +68,10 @@ class Row:
     counterexample: dict | None = field(default=None, repr=False)
 
     def ok_apart_from_expected(self) -> bool:
-        """Proved, non-vacuous, its mutant rejected (what a kept row must be)."""
-        return (self.verdict == "proved" and not self.detail and self.non_vacuous is True
-                and self.mutant_rejected is True)
+        """Proved, or a counterexample that replays; non-vacuous, its mutant
+        rejected (what a kept row must be)."""
+        return (self.verdict in ("proved", "counterexample") and not self.detail
+                and self.non_vacuous is True and self.mutant_rejected is True)
 
     @property
     def ok(self) -> bool:
@@ -131,10 +132,10 @@ _solver_seconds = 0.0
 # Checks of this process answered from the result cache (proofs/cache.py) and
 # unsat / unknown checks solved (a sat check is always solved: not counted).
 _cache_counts = {"hit": 0, "solved": 0}
-# With the cache on, (SMT-LIB text, rlimit) of every sat check of this
-# process, in order: a proved row kept whole (cache.row_store) keeps its own,
-# to solve them again.
-_sat_log: list[tuple[str, int]] = []
+# With the cache on, (SMT-LIB text, rlimit, the model as SMT-LIB assertions)
+# of every sat check of this process, in order: a row kept whole
+# (cache.row_store) keeps its own, to check them again.
+_sat_log: list[tuple[str, int, str]] = []
 
 
 def _new_solver(c: z3.Context):
@@ -203,7 +204,7 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
             _cache_counts["solved"] += 1
         if cache.enabled():
             if r == z3.sat:
-                _sat_log.append((text, limit))
+                _sat_log.append((text, limit, _model_pins(s.model())))
             else:
                 cache.store(text, limit, str(r), used)
     if meter is not None:
@@ -213,6 +214,37 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
     if CHECK_HOOK is not None:
         CHECK_HOOK(limit, used, str(r))
     return r, m
+
+
+def _model_pins(m) -> str:
+    """A model's constants as SMT-LIB assertions ``(assert (= x 3))``: with
+    them added to the query, the model is checked by evaluation (every
+    symbol of the query that the model fixes is fixed; the solver only
+    propagates)."""
+    out = []
+    for d in m.decls():
+        if d.arity() == 0:
+            out.append(f"(assert (= {z3.Const(d.name(), d.range()).sexpr()} {m[d].sexpr()}))")
+    return "\n".join(out)
+
+
+def _still_sat(text: str, limit: int, pins: str) -> bool:
+    """The kept model (``pins``) still satisfies the query: checked with its
+    values fixed (cheap), else the query is solved again."""
+    global _solver_seconds
+    for query in ((text + "\n" + pins) if pins else None, text):
+        if query is None:
+            continue
+        c = z3.Context()
+        s = _new_solver(c)
+        s.set("rlimit", limit)
+        s.from_string(query)
+        t = time.thread_time()
+        r = s.check()
+        _solver_seconds += time.thread_time() - t
+        if r == z3.sat:
+            return True
+    return False
 
 
 def _solve_split(assertions: list, splits: list, meter: Meter):
@@ -521,7 +553,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
 
 
 # The fields of a proved row kept whole by the cache.
-_KEPT = ("verdict", "scope", "rlimit", "non_vacuous", "mutant", "mutant_rejected", "detail")
+_KEPT = ("verdict", "scope", "rlimit", "non_vacuous", "mutant", "mutant_rejected", "detail",
+         "counterexample")
 
 
 def cached_row(name: str, rule: str, model: str) -> Row | None:
@@ -531,23 +564,18 @@ def cached_row(name: str, rule: str, model: str) -> Row | None:
     entry = cache.row_lookup((name, rule, model))
     if entry is None:
         return None
-    global _solver_seconds
     t0, solver0 = time.perf_counter(), _solver_seconds
-    for text, limit in entry["sat"]:
-        c = z3.Context()
-        s = _new_solver(c)
-        s.set("rlimit", limit)
-        s.from_string(text)
-        t = time.thread_time()
-        r = s.check()
-        _solver_seconds += time.thread_time() - t
-        if r != z3.sat:
+    try:
+        if not all(_still_sat(text, int(limit), str(pins)) for text, limit, pins in entry["sat"]):
             return None
+    except (TypeError, ValueError, z3.Z3Exception):  # a kept check of the wrong shape
+        return None
     f = entry["fields"]
     try:
         return Row(name, rule, model, f["verdict"], f["scope"], time.perf_counter() - t0,
                    rlimit=int(f["rlimit"]), non_vacuous=f["non_vacuous"], mutant=f["mutant"],
                    mutant_rejected=f["mutant_rejected"], detail=f["detail"],
+                   counterexample=f["counterexample"],
                    solver_seconds=_solver_seconds - solver0, cached=True)
     except (KeyError, TypeError, ValueError):
         return None
@@ -596,7 +624,7 @@ def _unknown_detail(meter: Meter) -> str:
 
 _mutant_cache: dict[str, tuple[str, bool]] = {}
 _mutant_used: dict[str, int] = {}
-_mutant_sats: dict[str, list[tuple[str, int]]] = {}
+_mutant_sats: dict[str, list[tuple[str, int, str]]] = {}
 
 
 def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
