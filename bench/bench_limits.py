@@ -41,7 +41,8 @@ def run(args: list[str]) -> tuple[float, float, float]:
 
 def table(title: str, cases: list[tuple[str, list[str]]]) -> None:
     print(title)
-    print(f"  {'case':28s} {'wall s':>8s} {'CPU s':>8s} {'peak MB':>8s} {'wall x':>7s} {'CPU x':>7s}")
+    print(f"  {'case':28s} {'wall s':>8s} {'CPU s':>8s} {'peak MB':>8s} {'wall x':>7s} "
+          f"{'CPU x':>7s}")
     base = None
     for name, args in cases:
         wall, cpu, mb = run(args)

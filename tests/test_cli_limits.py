@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -108,7 +108,7 @@ def test_huge_sizes_cost_nothing_extra(flag):
     assert calls <= 1.2 * base, (calls, base)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
     lambda kids: st.lists(kids) | st.tuples(kids) | st.dictionaries(st.text(), kids),

@@ -232,7 +232,8 @@ def _prove_table(rows: list) -> Table:
             f"[{vstyle}]{r.verdict}[/]" + (" [dim](cached)[/]" if r.cached else ""), r.expected,
             "[green]✓[/]" if r.ok else "[red]✗[/]", _mark(r.non_vacuous),
             f"{r.mutant}\n  {_mark(r.mutant_rejected)}",
-            f"{r.seconds:.2f}", f"{r.solver_seconds:.2f}", f"{r.rlimit:,}", _scope_ref(scopes.index(r.scope) + 1),
+            f"{r.seconds:.2f}", f"{r.solver_seconds:.2f}", f"{r.rlimit:,}",
+            _scope_ref(scopes.index(r.scope) + 1),
         )
     return table
 
