@@ -84,8 +84,10 @@ def prove(
     if rows:
         # every worker has been joined (the pool is shut down): its CPU is counted
         cpu, solver = _cpu_seconds() - cpu0, sum(r.solver_seconds for r in rows)
+        n_cached = sum(r.cached for r in rows)
         out.print(f"CPU {cpu:.1f} s over all processes, {solver:.1f} s of it in the solver's "
-                  f"checks: {cpu / solver if solver else float('inf'):.2f}x the solver's own",
+                  f"checks: {cpu / solver if solver else float('inf'):.2f}x the solver's own"
+                  + (f"; {n_cached} row(s) from the result cache" if n_cached else ""),
                   markup=False, highlight=False)
     failed = False
     for flag, path, write in (
