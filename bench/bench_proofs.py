@@ -12,10 +12,20 @@ the same cases, then the rest; ``depth_first`` below), on the slowest proved
 rows, measured in the same run, and for each the ratio runner / baseline.
 
     python bench/bench_proofs.py
+
+With ``--against REV``: the whole proof run of this tree and of commit REV
+(checked out with ``git worktree add`` in a temporary directory, removed
+after), each in one process of its own (rows in sequence, no pool, no
+result cache), and per obligation and in total the Z3 resource units
+(``rlimit``) and the CPU seconds of both side by side with the ratio
+this tree / REV. ``--obligation NAME`` runs one obligation only.
+
+    python bench/bench_proofs.py --against 34de4e9 [--obligation NAME]
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import z3
@@ -98,5 +108,97 @@ def split_strategies() -> None:
     print(f"{'total':48s} {tot_new:8.2f}s {tot_old:8.2f}s  {tot_new / tot_old:.3f}")
 
 
+# One tree's proof run, in a child whose ``kvreach`` is that tree's: a
+# directory on PYTHONPATH holds a ``kvreach`` package that is the tree's
+# kvreach/ with spec/, proofs/ and impl/ as its subpackages (what the
+# editable install maps), so the child imports the tree's code only.
+_CHILD = """
+import json, sys, time
+from pathlib import Path
+from kvreach.proofs import runner
+assert Path(runner.__file__).resolve().is_relative_to(Path(sys.argv[2])), runner.__file__
+rows, t = [], time.process_time()
+for row in runner.run(sys.argv[1] or None, jobs=1):
+    now = time.process_time()  # a row's CPU (the first row yielded: the invariants' too)
+    rows.append([row.obligation, row.rule, row.load_model, row.verdict, row.rlimit, now - t])
+    t = now
+print(json.dumps(rows))
+"""
+
+
+def _tree_run(tree, obligation: str | None) -> list:
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    tree = Path(tree)
+    with tempfile.TemporaryDirectory(prefix="kvreach-bench-") as farm:
+        pkg = Path(farm) / "kvreach"
+        pkg.mkdir()
+        for f in (tree / "kvreach").iterdir():
+            (pkg / f.name).symlink_to(f)
+        for sub in ("spec", "proofs", "impl"):
+            (pkg / sub).symlink_to(tree / sub)
+        env = os.environ | {"PYTHONPATH": farm, "KVREACH_PROOF_CACHE": "0"}
+        out = subprocess.run([sys.executable, "-c", _CHILD, obligation or "", str(tree.resolve())],
+                             env=env,
+                             capture_output=True, text=True, cwd=farm)
+        if out.returncode != 0:
+            raise SystemExit(f"the proof run of {tree} failed:\n{out.stderr[-3000:]}")
+        return json.loads(out.stdout)
+
+
+def against(rev: str, obligation: str | None) -> None:
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="kvreach-against-") as tmp:
+        old_tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", str(old_tree), rev],
+                       check=True, capture_output=True)
+        try:
+            runs = {"this": _tree_run(here, obligation), rev: _tree_run(old_tree, obligation)}
+        finally:
+            subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force",
+                            str(old_tree)], capture_output=True)
+    per = {}
+    for side, rows in runs.items():
+        for ob, rule, model, verdict, rl, cpu in rows:
+            d = per.setdefault(ob, {}).setdefault(side, [0, 0.0, []])
+            d[0] += rl
+            d[1] += cpu
+            d[2].append((rule, model, verdict))
+    print(f"{'obligation':40s} {'Munits':>8s} {rev[:8] + ' M':>10s} {'ratio':>6s} "
+          f"{'CPU s':>7s} {rev[:8] + ' s':>10s} {'ratio':>6s}")
+    tot = {side: [0, 0.0] for side in runs}
+
+    def ratio(a, b):
+        return f"{a / b:6.2f}" if b else "     -"
+    for ob, sides in per.items():
+        new, old = sides.get("this", [0, 0.0, []]), sides.get(rev, [0, 0.0, []])
+        for side, d in (("this", new), (rev, old)):
+            tot[side][0] += d[0]
+            tot[side][1] += d[1]
+        same = "" if new[2] == old[2] else "  (rows or verdicts differ)"
+        print(f"{ob:40s} {new[0] / 1e6:8.1f} {old[0] / 1e6:10.1f} {ratio(new[0], old[0])} "
+              f"{new[1]:7.1f} {old[1]:10.1f} {ratio(new[1], old[1])}{same}")
+    new, old = tot["this"], tot[rev]
+    print(f"{'total':40s} {new[0] / 1e6:8.1f} {old[0] / 1e6:10.1f} {ratio(new[0], old[0])} "
+          f"{new[1]:7.1f} {old[1]:10.1f} {ratio(new[1], old[1])}")
+
+
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", metavar="REV", help="compare with this commit's proof run")
+    ap.add_argument("--obligation", metavar="NAME", help="with --against: this obligation only")
+    a = ap.parse_args()
+    if a.against:
+        against(a.against, a.obligation)
+    else:
+        main()

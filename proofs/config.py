@@ -10,6 +10,8 @@ and how hard. The expected verdicts are data too: ``proofs/expected.toml``
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import z3
 
@@ -69,16 +71,22 @@ RUN_STORED_BOUND_CHUNKS = 10  # lookup-run-stored: later requests of at most thi
 READABLE_BOUNDS = dict(B=16, W=64, bpc=4, alignment_blocks=16, Rc=4, P=512, max_off=512)
 READABLE_BUDGET = 512
 
-# Rough seconds per row on this machine, for scheduling only (never a verdict).
-# The slowest row of each obligation in docs/proof-results.json (2026-12-01);
-# the runner starts the slowest first, so no long row is the run's tail.
-SLOW = {"lookup-monotone": 8, "completeness": 7, "computed-before-stored": 6,
-        "hit-preservation": 5.5, "soundness": 5, "mask-equivalence": 4.5,
-        "lookup-run-stored": 4.4, "chunk-mask-closed-form": 4.3,
-        "lookup-run-stored-read-window": 4.2, "load-witness": 2.6,
-        "hit-preservation-read-window": 2.3, "hit-preservation-read-window-aligned": 2.1,
-        "hit-preservation-neighbours": 2.1, "refused-retried": 1.7, "exactly-once-restarts": 1.6,
-        "lookup-scan-closed-form": 1.1}
+# Scheduling only (never a verdict): the Z3 resource units (``rlimit``) each
+# row spent in the committed run, docs/proof-results.json. The runner starts
+# the largest first (and the rows that file does not have before those), so no
+# long row is the run's tail. Measured units, deterministic, not timings.
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "proof-results.json"
+
+
+def measured_rlimits(path: Path = RESULTS) -> dict[tuple[str, str, str], int]:
+    """(obligation, rule, load model) -> the rlimit that row spent in the
+    run recorded at ``path``; empty when there is none (an installed copy
+    without the checkout's docs/) or it cannot be read."""
+    try:
+        rows = json.loads(path.read_text())["rows"]
+        return {(r["obligation"], r["rule"], r["load_model"]): int(r["rlimit"]) for r in rows}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def cube(ctx, lifecycle: bool) -> list[list]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 import tomllib
 from concurrent.futures import ProcessPoolExecutor
@@ -24,7 +25,7 @@ from importlib import resources
 import z3
 
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
-from kvreach.proofs import decode
+from kvreach.proofs import cache, decode
 from kvreach.proofs.framework import Ctx, Query, Role
 from kvreach.proofs.induction import (
     bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
@@ -34,7 +35,8 @@ from kvreach.spec.config import SymConfig
 
 # The budgets, bounds, scope, splits and scheduling hints: proofs/config.py.
 from kvreach.proofs.config import (  # noqa: E402  (names the tests patch here)
-    BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL, SLOW, VACUITY_RL,
+    BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL, VACUITY_RL,
+    measured_rlimits,
 )
 from kvreach.proofs.config import cube as _cube  # noqa: E402
 from kvreach.proofs.config import splits as _splits  # noqa: E402
@@ -54,11 +56,21 @@ class Row:
     seconds: float
     expected: str = ""
     rlimit: int = 0  # Z3 resource units spent by the row's checks (mutant included)
+    solver_seconds: float = 0.0  # CPU seconds inside the solver's check() calls of the row
+    # every unsat / unknown check of the row was answered by the result cache
+    # (proofs/cache.py; its sat checks, if any, were solved again)
+    cached: bool = False
     non_vacuous: bool | None = None
     mutant: str = ""
     mutant_rejected: bool | None = None
     detail: str = ""
     counterexample: dict | None = field(default=None, repr=False)
+
+    def ok_apart_from_expected(self) -> bool:
+        """Proved, or a counterexample that replays; non-vacuous, its mutant
+        rejected (what a kept row must be)."""
+        return (self.verdict in ("proved", "counterexample") and not self.detail
+                and self.non_vacuous is True and self.mutant_rejected is True)
 
     @property
     def ok(self) -> bool:
@@ -75,7 +87,8 @@ class Row:
             "obligation": self.obligation, "rule": self.rule,
             "load_model": self.load_model, "verdict": self.verdict,
             "expected": self.expected, "scope": self.scope,
-            "seconds": round(self.seconds, 3), "rlimit": self.rlimit,
+            "seconds": round(self.seconds, 3), "solver_seconds": round(self.solver_seconds, 3),
+            "rlimit": self.rlimit, "cached": self.cached,
             "non_vacuous": self.non_vacuous,
             "mutant": self.mutant, "mutant_rejected": self.mutant_rejected,
             "detail": self.detail, "counterexample": self.counterexample,
@@ -111,6 +124,17 @@ class Meter:
 
 # Optional hook (calibration, bench): called with (limit, used, result) per check.
 CHECK_HOOK = None
+
+# CPU seconds spent inside ``check()`` in this process so far (each row
+# reports the difference over its run: its solver time beside its total).
+_solver_seconds = 0.0
+# Checks of this process answered from the result cache (proofs/cache.py) and
+# unsat / unknown checks solved (a sat check is always solved: not counted).
+_cache_counts = {"hit": 0, "solved": 0}
+# With the cache on, (SMT-LIB text, rlimit, the model as SMT-LIB assertions)
+# of every sat check of this process, in order: a row kept whole
+# (cache.row_store) keeps its own, to check them again.
+_sat_log: list[tuple[str, int, str]] = []
 
 
 def _new_solver(c: z3.Context):
@@ -159,14 +183,29 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
         meter.exhausted += 1
         return z3.unknown, None
     text = _smtlib(assertions)
-    c = z3.Context()
-    s = _new_solver(c)
-    s.set("rlimit", limit)
-    s.from_string(text)
-    r = s.check()
-    st = s.statistics()
-    used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
-    m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
+    global _solver_seconds
+    hit = cache.lookup(text, limit) if cache.enabled() else None
+    if hit is not None:  # an unsat / unknown answer to this exact query and limit
+        r, used, m = {"unsat": z3.unsat, "unknown": z3.unknown}[hit[0]], hit[1], None
+        _cache_counts["hit"] += 1
+    else:
+        c = z3.Context()
+        s = _new_solver(c)
+        s.set("rlimit", limit)
+        s.from_string(text)
+        t = time.thread_time()
+        r = s.check()
+        _solver_seconds += time.thread_time() - t
+        st = s.statistics()
+        used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
+        m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
+        if r != z3.sat:
+            _cache_counts["solved"] += 1
+        if cache.enabled():
+            if r == z3.sat:
+                _sat_log.append((text, limit, _model_pins(s.model())))
+            else:
+                cache.store(text, limit, str(r), used)
     if meter is not None:
         meter.used += used
         meter.checks += 1
@@ -174,6 +213,37 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
     if CHECK_HOOK is not None:
         CHECK_HOOK(limit, used, str(r))
     return r, m
+
+
+def _model_pins(m) -> str:
+    """A model's constants as SMT-LIB assertions ``(assert (= x 3))``: with
+    them added to the query, the model is checked by evaluation (every
+    symbol of the query that the model fixes is fixed; the solver only
+    propagates)."""
+    out = []
+    for d in m.decls():
+        if d.arity() == 0:
+            out.append(f"(assert (= {z3.Const(d.name(), d.range()).sexpr()} {m[d].sexpr()}))")
+    return "\n".join(out)
+
+
+def _still_sat(text: str, limit: int, pins: str) -> bool:
+    """The kept model (``pins``) still satisfies the query: checked with its
+    values fixed (cheap), else the query is solved again."""
+    global _solver_seconds
+    for query in ((text + "\n" + pins) if pins else None, text):
+        if query is None:
+            continue
+        c = z3.Context()
+        s = _new_solver(c)
+        s.set("rlimit", limit)
+        s.from_string(query)
+        t = time.thread_time()
+        r = s.check()
+        _solver_seconds += time.thread_time() - t
+        if r == z3.sat:
+            return True
+    return False
 
 
 def _solve_split(assertions: list, splits: list, meter: Meter):
@@ -390,6 +460,7 @@ def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=Non
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     ob = OBLIGATIONS[name]
     t0 = time.perf_counter()  # reported only: no verdict depends on it
+    solver0, counts0, sats0 = _solver_seconds, dict(_cache_counts), len(_sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
     detail = ""
@@ -464,13 +535,50 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
                     _unknown_detail(meter) if r == z3.unknown else
                     f"induction step fails and BMC finds no counterexample within {max(BMC_DEPTHS)} steps"
                 )
+    row_sats = _sat_log[sats0:]
     mutant, rejected = run_mutant(name, rule, model)
     # The mutant's checks count whether they ran now or were cached: the
     # row's resources do not depend on which rows ran before in the process.
     used = meter.used + _mutant_used.get(name, 0)
-    return Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
-               non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
-               detail=detail, counterexample=cex, rlimit=used)
+    row = Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
+              non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
+              detail=detail, counterexample=cex, rlimit=used,
+              solver_seconds=_solver_seconds - solver0,
+              cached=(_cache_counts["solved"] == counts0["solved"]
+                      and _cache_counts["hit"] > counts0["hit"]))
+    if cache.enabled() and row.ok_apart_from_expected():
+        cache.row_store((name, rule, model), {k: getattr(row, k) for k in _KEPT},
+                        row_sats + _mutant_sats.get(name, []))
+    return row
+
+
+# The fields of a proved row kept whole by the cache.
+_KEPT = ("verdict", "scope", "rlimit", "non_vacuous", "mutant", "mutant_rejected", "detail",
+         "counterexample")
+
+
+def cached_row(name: str, rule: str, model: str) -> Row | None:
+    """The row from the cache (:func:`kvreach.proofs.cache.row_lookup`: a
+    proved row of this exact source), its sat checks (non-vacuity, mutant)
+    solved again, each of which must still be sat; None otherwise."""
+    entry = cache.row_lookup((name, rule, model))
+    if entry is None:
+        return None
+    t0, solver0 = time.perf_counter(), _solver_seconds
+    try:
+        if not all(_still_sat(text, int(limit), str(pins)) for text, limit, pins in entry["sat"]):
+            return None
+    except (TypeError, ValueError, z3.Z3Exception):  # a kept check of the wrong shape
+        return None
+    f = entry["fields"]
+    try:
+        return Row(name, rule, model, f["verdict"], f["scope"], time.perf_counter() - t0,
+                   rlimit=int(f["rlimit"]), non_vacuous=f["non_vacuous"], mutant=f["mutant"],
+                   mutant_rejected=f["mutant_rejected"], detail=f["detail"],
+                   counterexample=f["counterexample"],
+                   solver_seconds=_solver_seconds - solver0, cached=True)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _grid_row(name, rule, model, invariant_ok, meter):
@@ -514,6 +622,7 @@ def _unknown_detail(meter: Meter) -> str:
 
 _mutant_cache: dict[str, tuple[str, bool]] = {}
 _mutant_used: dict[str, int] = {}
+_mutant_sats: dict[str, list[tuple[str, int, str]]] = {}
 
 
 def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
@@ -522,6 +631,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     ``_mutant_used``."""
     if name in _mutant_cache:
         return _mutant_cache[name]
+    sats0 = len(_sat_log)
     ob = OBLIGATIONS[name]
     mname, store_fn, params = ob.mutant.name, ob.mutant.store_fn, ob.mutant.params
     meter = Meter(ROW_RL)
@@ -546,15 +656,27 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
         rejected = depth is not None
     _mutant_cache[name] = (mname, rejected)
     _mutant_used[name] = meter.used
+    _mutant_sats[name] = _sat_log[sats0:]
     return _mutant_cache[name]
 
 
-def _ignore_sigint() -> None:
-    """Worker start-up: Ctrl-C is the parent's to handle (``kvreach prove``
-    kills the workers), not one traceback per worker."""
-    import signal
+def _worker_init(parent_pid: int) -> None:
+    """A pool worker's start-up. SIGINT, SIGTERM and SIGHUP are the parent's
+    to handle (``kvreach prove`` kills the workers and writes one line; no
+    traceback per worker, no worker dying first and breaking the pool under
+    the parent's feet), and on Linux the worker is killed when the parent
+    dies however it dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so no worker
+    outlives the run."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        import ctypes
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's kill only
+        return
+    if os.getppid() != parent_pid:  # the parent died before the prctl
+        os._exit(1)
 
 
 def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None):
@@ -580,26 +702,46 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     invs = [(inv.name, r, "any") for inv in INVARIANTS for r in rules if r in needed]
     rest = [key for key in run_order(todo) if key not in invs]
     assume = {r: True for r in rules}
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(invs) + len(rest)))
+    keys = invs + rest
+    # proved rows of an unchanged source, their sat checks solved again
+    hits = {i: row for i, key in enumerate(keys)
+            if (row := cached_row(*key) if cache.enabled() else None) is not None}
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(keys) - len(hits)))
+    pool = None
     if jobs == 1:
-        inv_rows = [run_row(*key, {}) for key in invs]
-        results = (run_row(*key, assume) for key in rest)
+        def get(i: int) -> Row:
+            return hits[i] if i in hits else run_row(*keys[i], {} if i < len(invs) else assume)
     else:
-        # One solver process per core; slowest first (longest-processing-time
-        # order), results still reported in table order.
+        # One solver process per core; largest first (longest-processing-time
+        # order, :func:`schedule`), results still reported in table order.
         # Processes are reused: a fresh process per row (max_tasks_per_child=1)
         # made the resources schedule-independent (docs/conformance.md) but a
         # child spawned during Ctrl-C does not ignore SIGINT yet and breaks
         # the pool, so it is not used.
-        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint)
-        keys = invs + rest
-        order = sorted(range(len(keys)), key=lambda i: -SLOW.get(keys[i][0], 0)
-                       - (100 if i < len(invs) else 0))
-        futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
-                for i in order}
-        inv_rows = [futs[i].result() for i in range(len(invs))]
-        results = (futs[len(invs) + i].result() for i in range(len(rest)))
+        # The workers are spawned (by the submits) with SIGINT, SIGTERM and
+        # SIGHUP blocked, a mask they inherit: a signal during a worker's
+        # start-up (before its initializer) is not a traceback in it. Here the
+        # signals stay pending (or go to another thread, ``kvreach prove``'s
+        # watcher) until the mask is restored.
+        # The resource tracker is started first: starting it unblocks SIGINT
+        # and SIGTERM (multiprocessing.resource_tracker.ensure_running).
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_worker_init, initargs=(os.getpid(),))
+            futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
+                    for i in schedule(keys) if i not in hits}
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+        def get(i: int) -> Row:
+            return hits[i] if i in hits else futs[i].result()
+    inv_rows = [get(i) for i in range(len(invs))]
+    results = (get(len(invs) + i) for i in range(len(rest)))
     try:
         invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
         for row in inv_rows:
@@ -616,8 +758,24 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
                 progress(row)
             yield row
     finally:
-        if jobs > 1:
+        if pool is not None:
             pool.shutdown(cancel_futures=True)
+
+
+def schedule(keys: list[tuple[str, str, str]], measured: dict | None = None) -> list[int]:
+    """The order the pool starts ``keys`` in (indices): the invariant rows
+    first (every lifecycle row's report waits for them), then the rows the
+    committed run (:func:`kvreach.proofs.config.measured_rlimits`) does not
+    have (new: their cost is unknown), then the largest ``rlimit`` first;
+    ties in table order."""
+    measured = measured_rlimits() if measured is None else measured
+
+    def rank(i: int):
+        key = keys[i]
+        ob = OBLIGATIONS.get(key[0])
+        return (ob is None or ob.role is not Role.INVARIANT, key in measured,
+                -measured.get(key, 0), i)
+    return sorted(range(len(keys)), key=rank)
 
 
 def _rest_on(row: Row, invariant_ok: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvreach.impl.lookup import LaterRequest, LookupGroup, StoreContent, lookup_hit_tokens
@@ -46,7 +46,8 @@ def needed_by_some_later_request(full: LookupGroup, sw: LookupGroup, K: int) -> 
     return out
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(fb=st.integers(2, 12), sb=st.integers(1, 4), W=st.integers(1, 9),
        extra=st.sampled_from([0, 0, 1, 3]), bpc=st.sampled_from([1, 1, 2]),
        K=st.integers(1, 60))
@@ -58,7 +59,8 @@ def test_loadable_chunk_is_the_lookup_twins_need(fb, sb, W, extra, bpc, K):
     assert pred == truth
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(fb=st.integers(2, 40), sb=st.integers(1, 8), W=st.integers(1, 60),
        bpc=st.sampled_from([1, 2, 3]), K=st.one_of(st.none(), st.integers(0, 3000)),
        chunks=st.lists(st.integers(0, 900), max_size=40))

@@ -1,14 +1,18 @@
-"""Ctrl-C for a long command (``kvreach prove``): within a second, one line
-on stderr, the worker processes killed, exit 130, whatever the main thread is
-doing at the time (inside a Z3 call as well).
+"""Ctrl-C, SIGTERM and SIGHUP for a long command (``kvreach prove``,
+``kvreach counterexample``): within a second, one line on stderr, the worker
+processes killed, exit 128 + the signal's number (130 for SIGINT, 143 for
+SIGTERM, 129 for SIGHUP, as a shell reports a process the signal ended),
+whatever the main thread is doing at the time (inside a Z3 call as well).
 
-How: SIGINT gets a no-op Python handler and a wakeup fd
+How: each of the three signals gets a no-op Python handler and a wakeup fd
 (``signal.set_wakeup_fd``); a daemon thread waits on that fd. The C-level
 handler writes the signal number there even while the main thread is inside
 Z3 (ctypes releases the GIL), so the thread wakes at once, kills every
 ``multiprocessing`` child, writes the line and ends the process with
-``os._exit(130)``. Z3's own Ctrl-C handling (which would turn the interrupt
-into an ``unknown`` verdict and carry on) is switched off.
+``os._exit``. Z3's own Ctrl-C handling (which would turn the interrupt
+into an ``unknown`` verdict and carry on) is switched off. The pool's
+workers ignore the three signals (the parent ends them) and die with the
+parent when it is killed outright (``kvreach.proofs.runner``'s pool).
 """
 
 from __future__ import annotations
@@ -21,10 +25,18 @@ import sys
 import threading
 from collections.abc import Callable
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def exit_code(signum: int) -> int:
+    """The exit status of a process a signal ended, as a shell reports it."""
+    return 128 + signum
+
 
 class ExitOnInterrupt:
-    """``with ExitOnInterrupt(lambda: "interrupted: ..."):`` -- on Ctrl-C, the
-    message (it should start with ``interrupted``) on stderr and exit 130."""
+    """``with ExitOnInterrupt(lambda: "interrupted: ..."):`` -- on Ctrl-C,
+    SIGTERM or SIGHUP, the message (it should start with ``interrupted``) on
+    stderr and exit :func:`exit_code` of the signal."""
 
     def __init__(self, message: Callable[[], str], before_exit: Callable[[], None] | None = None):
         self.message, self.before_exit = message, before_exit
@@ -40,20 +52,20 @@ class ExitOnInterrupt:
         self._r, self._w = socket.socketpair()
         self._w.setblocking(False)
         self._old_fd = signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
-        self._old_handler = signal.signal(signal.SIGINT, lambda *_: None)
+        self._old_handlers = {s: signal.signal(s, lambda *_: None) for s in STOP_SIGNALS}
         threading.Thread(target=self._watch, name="kvreach-interrupt", daemon=True).start()
         return self
 
     def _watch(self) -> None:
-        while True:
+        signum = None
+        while signum is None:
             try:
                 data = self._r.recv(16)
             except OSError:
                 return
             if not data:  # closed by __exit__
                 return
-            if signal.SIGINT in data:
-                break
+            signum = next((s for s in data if s in STOP_SIGNALS), None)
         for p in multiprocessing.active_children():
             try:
                 p.kill()
@@ -65,13 +77,16 @@ class ExitOnInterrupt:
                 self.before_exit()
             sys.stderr.write(self.message() + "\n")
             sys.stderr.flush()
+        except Exception:  # noqa: BLE001  (a hung-up terminal: no line, the same exit)
+            pass
         finally:
-            os._exit(130)
+            os._exit(exit_code(signum))
 
     def __exit__(self, *exc) -> None:
         if not self._active:
             return
-        signal.signal(signal.SIGINT, self._old_handler)
+        for s, h in self._old_handlers.items():
+            signal.signal(s, h)
         signal.set_wakeup_fd(self._old_fd)
         self._w.close()
         self._r.close()

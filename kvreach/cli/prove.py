@@ -1,11 +1,14 @@
 """``kvreach prove``: run the proof obligations, show the table, write the
 run (``--json``, ``--junit``: :mod:`kvreach.proofs.results`; ``-`` for
-stdout). Output paths are checked before the first proof; Ctrl-C stops the
-run within a second (:mod:`kvreach.cli._interrupt`); with stderr not a
+stdout). Unchanged queries are answered from the result cache
+(:mod:`kvreach.proofs.cache`; ``--no-cache`` or ``CI=true``: none). Output
+paths are checked before the first proof; Ctrl-C, SIGTERM
+or SIGHUP stops the run within a second (:mod:`kvreach.cli._interrupt`); with stderr not a
 terminal, progress is one line per finished row."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -32,6 +35,9 @@ def prove(
                                        "(- for stdout; the table then goes to stderr)")] = None,
     junit_file: Annotated[Optional[Path], typer.Option(
         "--junit", metavar="FILE", help="write JUnit XML to FILE (- for stdout)")] = None,
+    no_cache: Annotated[bool, typer.Option(
+        "--no-cache", help="solve every query, ignoring the result cache of unchanged "
+                           "queries (the cache is also off when CI=true)")] = False,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
     from kvreach.proofs import results, runner
@@ -45,13 +51,19 @@ def prove(
     for flag, path in (("--json", json_file), ("--junit", junit_file)):
         _writable(flag, path)  # before the first proof, not after a minute of them
 
+    from kvreach.proofs import cache
+
+    # the spawned workers inherit the environment: the switch goes there (for
+    # this run only: a caller in the same process keeps its own setting)
+    previous = os.environ.get(cache.ENV)
+    os.environ[cache.ENV] = "0" if no_cache else "1"
     todo = list(runner.rows_for(obligation, rule, load_model))
     order = run_order(todo)  # the order runner.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
     out, err = (_err() if to_stdout else _out()), _err()
     rows: list = []
     header = results.run_header(obligation, rule, load_model, 0.0)  # the code and time it starts with
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     stop = lambda: (f"interrupted: {len(rows)} of {len(order)} row(s) proved in "  # noqa: E731
                     f"{time.perf_counter() - t0:.1f} s; nothing written")
     with ExitOnInterrupt(stop, before_exit=lambda: err.show_cursor(True)):
@@ -60,9 +72,22 @@ def prove(
                 rows.append(row)
         except ParamError as e:
             raise _from_param_error(e) from None
+        finally:
+            if previous is None:
+                os.environ.pop(cache.ENV, None)
+            else:
+                os.environ[cache.ENV] = previous
     total = time.perf_counter() - t0
 
     n_ok = print_prove_report(out, rows, total)
+    if rows:
+        # every worker has been joined (the pool is shut down): its CPU is counted
+        cpu, solver = _cpu_seconds() - cpu0, sum(r.solver_seconds for r in rows)
+        n_cached = sum(r.cached for r in rows)
+        out.print(f"CPU {cpu:.1f} s over all processes, {solver:.1f} s of it in the solver's "
+                  f"checks: {cpu / solver if solver else float('inf'):.2f}x the solver's own"
+                  + (f"; {n_cached} row(s) from the result cache" if n_cached else ""),
+                  markup=False, highlight=False)
     failed = False
     for flag, path, write in (
         ("--json", json_file, lambda f: results.write_json(f, header, rows, total)),
@@ -81,13 +106,22 @@ def prove(
         raise typer.Exit(1)
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its children that
+    have ended (the pool's workers, once joined)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _rows_with_progress(rows, order: list, err, t0: float):
     """The runner's rows, with progress on stderr: a bar on a terminal, else
     one line per finished row (CI logs)."""
     if not err.is_terminal:
         for i, row in enumerate(rows, 1):
             err.print(f"[{i}/{len(order)}] {row.obligation} {row.rule} {row.load_model}: "
-                      f"{row.verdict} ({'ok' if row.ok else 'NOT ok'}) {row.seconds:.2f} s, "
+                      f"{row.verdict}{' (cached)' if row.cached else ''} "
+                      f"({'ok' if row.ok else 'NOT ok'}) {row.seconds:.2f} s "
+                      f"(solver {row.solver_seconds:.2f} s), "
                       f"{time.perf_counter() - t0:.0f} s elapsed", markup=False, soft_wrap=True,
                       highlight=False)
             yield row

@@ -222,16 +222,18 @@ def _prove_table(rows: list) -> Table:
     table.add_column("non-\nvac.", justify="center", no_wrap=True)
     table.add_column("mutant\n  rejected", overflow="fold", min_width=10)
     table.add_column("s", justify="right", no_wrap=True)
+    table.add_column("solver\n  s", justify="right", no_wrap=True)
     table.add_column("rlimit", justify="right", no_wrap=True)
     table.add_column("scope", justify="right", no_wrap=True)
     for r in rows:
         vstyle = {"proved": "green", "counterexample": "yellow"}.get(r.verdict, "red")
         table.add_row(
             f"{r.obligation}\n  [dim]{r.rule}, {r.load_model}[/]",
-            f"[{vstyle}]{r.verdict}[/]", r.expected,
+            f"[{vstyle}]{r.verdict}[/]" + (" [dim](cached)[/]" if r.cached else ""), r.expected,
             "[green]✓[/]" if r.ok else "[red]✗[/]", _mark(r.non_vacuous),
             f"{r.mutant}\n  {_mark(r.mutant_rejected)}",
-            f"{r.seconds:.2f}", f"{r.rlimit:,}", _scope_ref(scopes.index(r.scope) + 1),
+            f"{r.seconds:.2f}", f"{r.solver_seconds:.2f}", f"{r.rlimit:,}",
+            _scope_ref(scopes.index(r.scope) + 1),
         )
     return table
 

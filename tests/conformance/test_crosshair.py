@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import deal
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import _crosshair
@@ -70,7 +70,7 @@ def test_crosshair_real_rule_has_no_counterexample(crosshair_runs, name):
 # The mask mutants call mask._block_mask, mask.reachable_block_mask's body
 # with need/shift as parameters. With the true values it must be the real
 # function, so each mutant differs from the real rule only by its injected fault.
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     B=st.integers(1, 8), W=st.integers(1, 64), A=st.none() | st.integers(1, 128),
     eagle=st.booleans(), dcp=st.sampled_from([1, 2]), R=st.none() | st.integers(0, 8),
