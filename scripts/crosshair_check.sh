@@ -23,10 +23,10 @@ RUN="$PY tests/conformance/run_crosshair.py --"
 out=$(mktemp -d)
 start=$(date +%s)
 
-timeout 400 $RUN check --analysis_kind=deal --per_condition_timeout="$T_IMPL" \
+timeout 1800 $RUN check --analysis_kind=deal --per_condition_timeout="$T_IMPL" \
     kvreach.impl.mask kvreach.impl.rules kvreach.impl.load kvreach.impl.lookup >"$out/impl" 2>&1 &
 p1=$!
-timeout 290 $RUN check --analysis_kind=deal --per_condition_timeout="$T_HARNESS" \
+timeout 1800 $RUN check --analysis_kind=deal --per_condition_timeout="$T_HARNESS" \
     crosshair_targets.mask_real crosshair_targets.horizon_real \
     crosshair_targets.store_real >"$out/harness" 2>&1 &
 p2=$!
