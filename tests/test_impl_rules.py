@@ -72,7 +72,7 @@ def test_pr_mask_without_final_end_is_aligned_tails_only():
 
 
 def test_chunk_reachable_any_block_of_chunk():
-    g = GroupConfig(block_size=4, window=16, alignment_tokens=36, blocks_per_chunk=2)
+    g = replace(PR, blocks_per_chunk=2)
     # Tails are blocks 5..8 and 14..17: chunks 2 (blocks 4,5), 3 (6,7), 4 (8,9),
     # 7 (14,15), 8 (16,17); chunks 5 (10,11) and 6 (12,13) hold none.
     assert [c for c in range(9) if chunk_reachable(c, g, P, None)] == [2, 3, 4, 7, 8]
@@ -83,12 +83,11 @@ def test_chunk_reachable_any_block_of_chunk():
     [
         pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=None), id="no-alignment"),
         pytest.param(GroupConfig(block_size=8, window=16, alignment_tokens=36), id="36%8!=0"),
-        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=36, dcp_world_size=2),
-                     id="36%(4*dcp2)!=0"),
+        pytest.param(replace(PR, dcp_world_size=2), id="36%(4*dcp2)!=0"),
         pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=16), id="need4>=ps4"),
         pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=20, eagle=True),
                      id="eagle-need5>=ps5"),
-        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=8),
+        pytest.param(replace(PR, retention_interval=8),
                      id="retention-ps2"),
     ],
 )
@@ -133,7 +132,7 @@ def test_store_horizon():
 # lifecycle: the PR's measured sets
 # ---------------------------------------------------------------------------
 
-COMPLETED = _tails(31) | set(range(293, 300))
+COMPLETED = _tails(31) | set(range(293, PROMPT_CHUNKS))
 ABORTED = _tails(26) | WASTED | {248, 249}
 
 
