@@ -329,8 +329,10 @@ def transition(
     ``store_fn`` replaces the rule's store decision (used for mutants), the
     rest of the rule (storable chunks, finish tokens) stays ``rule``'s.
 
-    World ``"single"`` (the default; every obligation stated before issue 11)
-    builds exactly the terms it always did. World ``"vllm"`` adds the steps
+    World ``"single"`` (the default: one request, one incarnation, every
+    store accepted, the world of each obligation that does not name
+    ``"vllm"``) builds only the terms of the steps in ``BASE_KINDS``
+    (``table("single")``). World ``"vllm"`` adds the steps
     that run no store (preempt, lookup, start, start-loaded: the cursor
     follows the entry's ``new_cursor``), ``recompute``, the manager's outcome
     (``outcome_<tag>``: accept / partial / refused, ``accepted_<tag>`` the

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm, vllm_step
 from kvreach.params import RULES, ParamError
+from kvreach.proofs.scenarios import PR_54362
 from kvreach.spec.evaluate import StepChecker
 
 from test_impl_equals_spec import configs
@@ -100,11 +101,14 @@ def test_a_refused_store_keeps_the_cursor():
     """The concrete F10 / refused-retried picture, by hand."""
     from kvreach.params import GroupConfig, RequestConfig
 
-    g = GroupConfig(block_size=4, window=16, alignment_tokens=36)
-    r = RequestConfig(1200, None, True)
+    ex = PR_54362
+    g = GroupConfig(block_size=ex.swa_block_size, window=ex.window,
+                    alignment_tokens=ex.alignment_tokens)
+    r = RequestConfig(ex.prompt, None, True)
     steps = run_vllm("vllm-0.33", g, r, [
-        VllmStep("prefill", 1000, "refused"), VllmStep("prefill", 200),
-        VllmStep("preempt"), VllmStep("lookup"), VllmStep("prefill", 1000), VllmStep("abort")])
+        VllmStep("prefill", ex.budget, "refused"), VllmStep("prefill", ex.prompt - ex.budget),
+        VllmStep("preempt"), VllmStep("lookup"), VllmStep("prefill", ex.budget),
+        VllmStep("abort")])
     assert steps[0].offered and not steps[0].submitted and steps[0].cursor_after == 0
     assert set(steps[0].offered) <= set(steps[1].submitted)  # retried next step
     assert steps[3].cursor_after == 0 and steps[3].incarnation == steps[0].incarnation + 1
@@ -116,7 +120,9 @@ def test_a_refused_store_keeps_the_cursor():
 def _plan_cases():
     from kvreach.params import GroupConfig, RequestConfig
 
-    pr = GroupConfig(block_size=4, window=16, alignment_tokens=36)
+    ex = PR_54362
+    pr = GroupConfig(block_size=ex.swa_block_size, window=ex.window,
+                     alignment_tokens=ex.alignment_tokens)
     dense = GroupConfig(block_size=4, window=16, alignment_tokens=None)
     ret0 = GroupConfig(block_size=8, window=6, alignment_tokens=24, blocks_per_chunk=2,
                        retention_interval=0)
@@ -133,10 +139,11 @@ def _plan_cases():
         "null block and partial store": (dense, RequestConfig(40, None, True), [
             VllmStep("prefill", 40, "partial", accepted=frozenset({0, 2}), null=frozenset({1}))],
             [(0, (0, 2, 3, 4, 5, 6, 7, 8, 9))]),
-        "loaded start moves the cursor": (pr, RequestConfig(1200, None, True), [
-            VllmStep("lookup"), VllmStep("loaded", 72), VllmStep("prefill", 1000)], []),
-        "refused, then retried": (pr, RequestConfig(1200, None, True), [
-            VllmStep("prefill", 1000, "refused"), VllmStep("prefill", 200)], [(0, (5, 6, 7, 8))]),
+        "loaded start moves the cursor": (pr, RequestConfig(ex.prompt, None, True), [
+            VllmStep("lookup"), VllmStep("loaded", 72), VllmStep("prefill", ex.budget)], []),
+        "refused, then retried": (pr, RequestConfig(ex.prompt, None, True), [
+            VllmStep("prefill", ex.budget, "refused"), VllmStep("prefill", ex.prompt - ex.budget)],
+            [(0, (5, 6, 7, 8))]),
     }
 
 

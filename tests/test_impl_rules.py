@@ -4,6 +4,8 @@ the dense fallbacks of ``reachable_block_mask`` and the parameter errors."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvreach.impl import load as iload
@@ -51,16 +53,17 @@ def test_pr_group_derived_quantities():
     assert PR.final_alignment_blocks == 9
 
 
-@pytest.mark.parametrize("final_end,expected", [(300, {248, 249}), (250, {246, 247, 248, 249})])
+@pytest.mark.parametrize("final_end,expected",
+                         [(PROMPT_CHUNKS, {248, 249}), (FRONTIER, WASTED | {248, 249})])
 def test_pr_mask_final_end(final_end, expected):
-    mask = reachable_block_mask(243, 250, PR, P, final_segment_end_block=final_end)
+    mask = reachable_block_mask(243, FRONTIER, PR, P, final_segment_end_block=final_end)
     assert _set(mask, 243) == expected
-    assert {i for i in range(243, 250) if block_reachable(i, PR, P, final_end)} == expected
+    assert {i for i in range(243, FRONTIER) if block_reachable(i, PR, P, final_end)} == expected
 
 
-@pytest.mark.parametrize("final_end", [None, 250, 300])
+@pytest.mark.parametrize("final_end", [None, FRONTIER, PROMPT_CHUNKS])
 def test_pr_mask_eagle(final_end):
-    mask = reachable_block_mask(243, 250, PR_EAGLE, P, final_segment_end_block=final_end)
+    mask = reachable_block_mask(243, FRONTIER, PR_EAGLE, P, final_segment_end_block=final_end)
     assert _set(mask, 243) == {243, 248, 249}
 
 
@@ -69,7 +72,7 @@ def test_pr_mask_without_final_end_is_aligned_tails_only():
 
 
 def test_chunk_reachable_any_block_of_chunk():
-    g = GroupConfig(block_size=4, window=16, alignment_tokens=36, blocks_per_chunk=2)
+    g = replace(PR, blocks_per_chunk=2)
     # Tails are blocks 5..8 and 14..17: chunks 2 (blocks 4,5), 3 (6,7), 4 (8,9),
     # 7 (14,15), 8 (16,17); chunks 5 (10,11) and 6 (12,13) hold none.
     assert [c for c in range(9) if chunk_reachable(c, g, P, None)] == [2, 3, 4, 7, 8]
@@ -80,12 +83,11 @@ def test_chunk_reachable_any_block_of_chunk():
     [
         pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=None), id="no-alignment"),
         pytest.param(GroupConfig(block_size=8, window=16, alignment_tokens=36), id="36%8!=0"),
-        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=36, dcp_world_size=2),
-                     id="36%(4*dcp2)!=0"),
+        pytest.param(replace(PR, dcp_world_size=2), id="36%(4*dcp2)!=0"),
         pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=16), id="need4>=ps4"),
         pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=20, eagle=True),
                      id="eagle-need5>=ps5"),
-        pytest.param(GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=8),
+        pytest.param(replace(PR, retention_interval=8),
                      id="retention-ps2"),
     ],
 )
@@ -106,9 +108,9 @@ def test_not_dense_just_below_threshold():
 def test_retention_zero_keeps_only_replay_tail():
     # R = 0: no segment tails; the replay boundary 1199 aligns down to 1188
     # (block 297), whose need-block tail is 293..296.
-    g = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=0)
+    g = replace(PR, retention_interval=0)
     assert not g.dense
-    assert _set(reachable_block_mask(0, 300, g, P, None), 0) == {293, 294, 295, 296}
+    assert _set(reachable_block_mask(0, PROMPT_CHUNKS, g, P, None), 0) == {293, 294, 295, 296}
 
 
 # ---------------------------------------------------------------------------
@@ -117,20 +119,21 @@ def test_retention_zero_keeps_only_replay_tail():
 
 
 def test_store_horizon():
-    assert store_horizon_chunks(PR, False, 250, 300) == 300  # prefill: prompt horizon
-    assert store_horizon_chunks(PR, True, 250, 300) == 250  # finished: current
-    assert store_horizon_chunks(PR, False, 301, 300) is None  # decode past prompt
-    assert store_horizon_chunks(PR_EAGLE, False, 250, 300) is None
-    g_r = GroupConfig(block_size=4, window=16, alignment_tokens=36, retention_interval=36)
-    assert store_horizon_chunks(g_r, True, 250, 300) is None
+    F, PC = FRONTIER, PROMPT_CHUNKS
+    assert store_horizon_chunks(PR, False, F, PC) == PC  # prefill: prompt horizon
+    assert store_horizon_chunks(PR, True, F, PC) == F  # finished: current
+    assert store_horizon_chunks(PR, False, PC + 1, PC) is None  # decode past prompt
+    assert store_horizon_chunks(PR_EAGLE, False, F, PC) is None
+    g_r = replace(PR, retention_interval=_EX.alignment_tokens)  # one segment
+    assert store_horizon_chunks(g_r, True, F, PC) is None
 
 
 # ---------------------------------------------------------------------------
 # lifecycle: the PR's measured sets
 # ---------------------------------------------------------------------------
 
-COMPLETED = _tails(31) | set(range(293, 300))
-ABORTED = _tails(26) | {246, 247, 248, 249}
+COMPLETED = _tails(31) | set(range(293, PROMPT_CHUNKS))
+ABORTED = _tails(26) | WASTED | {248, 249}
 
 
 def test_pr_completed_prompt_033():
@@ -165,8 +168,8 @@ def test_pr_loadable_sets():
     t = run("vllm-0.33", PR, PR_REQ, PR_LC)
     assert t.wanted("intended") == COMPLETED
     assert t.needed("intended") == COMPLETED
-    assert t.wanted("aligned") == _tails(32)  # no boundary at 300
-    assert iload.needed_chunks("aligned", PR, PR_REQ, 300) == _tails(31) | {293, 294, 295, 296}
+    assert t.wanted("aligned") == _tails(32)  # no boundary at the prompt horizon
+    assert iload.needed_chunks("aligned", PR, PR_REQ, PROMPT_CHUNKS) == _tails(31) | {293, 294, 295, 296}
 
 
 # ---------------------------------------------------------------------------
@@ -198,7 +201,7 @@ def test_pr_loadable_sets():
         (lambda: iload.wanted_chunks("exact", PR, PR_REQ, 10), "load_model", "exact",
          "one of aligned, intended"),
         (lambda: Lifecycle(budget=0), "budget", 0, "an integer >= 1"),
-        (lambda: run("vllm-0.33", PR, PR_REQ, Lifecycle(budget=1000, abort_after_step=9)),
+        (lambda: run("vllm-0.33", PR, PR_REQ, Lifecycle(budget=_EX.budget, abort_after_step=9)),
          "abort_after_step", 9, "at most the number of scheduled steps (2)"),
     ],
 )

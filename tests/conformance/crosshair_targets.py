@@ -28,6 +28,7 @@ from kvreach.impl import mask, rules
 from kvreach.impl.oracles import horizon_is_final, mask_matches_hits, submitted_wanted
 from kvreach.impl.rules import store_horizon_chunks
 from kvreach.params import GroupConfig, RequestConfig, cdiv
+from kvreach.proofs.scenarios import PR_54362
 
 # ---------------------------------------------------------------------------
 # Bounds (realistic for SWA groups, small enough for the solver)
@@ -154,7 +155,9 @@ def _horizon_bounds(eagle, retention, finished, num_chunks, prompt_horizon_chunk
 
 def _horizon_group(eagle: bool, retention: bool) -> GroupConfig:
     # The worked example's group (B 4, W 16, alignment 36); retention = one segment.
-    return _group(4, 16, 36, eagle, retention_interval=36 if retention else None)
+    ex = PR_54362
+    return _group(ex.swa_block_size, ex.window, ex.alignment_tokens, eagle,
+                  retention_interval=ex.alignment_tokens if retention else None)
 
 
 def _horizon_post(eagle, retention, finished, num_chunks, prompt_horizon_chunks, result):

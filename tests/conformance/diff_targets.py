@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from kvreach.impl import mask, rules
 from kvreach.params import GroupConfig, RequestConfig
+from kvreach.proofs.scenarios import PR_54362
 
 OUT_OF_BOUNDS = "out of bounds"
 MAX_BLOCK_SIZE, MAX_WINDOW, MAX_ALIGNMENT = 64, 4096, 4096
@@ -105,10 +106,14 @@ def store_v033(
 
 def store_v029_example(cursor: int, num_chunks: int, finished: bool) -> tuple[tuple[int, ...], int] | str:
     """The worked example's group (SWA block 4, window 16, alignment 36) and
-    1200-token prompt, vllm-0.29 rule."""
-    return _store("vllm-0.29", 4, 16, 36, 1200, cursor, num_chunks, finished)
+    1200-token prompt (``PR_54362``), vllm-0.29 rule."""
+    ex = PR_54362
+    return _store("vllm-0.29", ex.swa_block_size, ex.window, ex.alignment_tokens, ex.prompt,
+                  cursor, num_chunks, finished)
 
 
 def store_v033_example(cursor: int, num_chunks: int, finished: bool) -> tuple[tuple[int, ...], int] | str:
     """As ``store_v029_example`` under the vllm-0.33 rule."""
-    return _store("vllm-0.33", 4, 16, 36, 1200, cursor, num_chunks, finished)
+    ex = PR_54362
+    return _store("vllm-0.33", ex.swa_block_size, ex.window, ex.alignment_tokens, ex.prompt,
+                  cursor, num_chunks, finished)

@@ -18,6 +18,10 @@ import pytest
 import _crosshair
 import diff_targets
 
+from kvreach.proofs.scenarios import (
+    PR_54362, PR_54362_FRONTIER_CHUNKS, PR_54362_PROMPT_CHUNKS, PR_54362_WASTED,
+)
+
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 MASK_TIMEOUT = 60  # CPU seconds for the mask comparison
 RULE_TIMEOUT = 30
@@ -83,8 +87,11 @@ def test_vllm_adapter_reproduces_worked_example():
     def kept(res, start):
         return [start + i for i, b in enumerate(res) if b]
 
-    args = dict(block_size=4, window=16, alignment_tokens=36, dcp_world_size=1,
-                retention_interval=None, prompt_tokens=1200, start_block=243, end_block=250)
-    assert kept(V.vllm_mask(eagle=False, final_segment_end_block=300, **args), 243) == [248, 249]
-    assert kept(V.vllm_mask(eagle=False, final_segment_end_block=250, **args), 243) == [246, 247, 248, 249]
-    assert kept(V.vllm_mask(eagle=True, final_segment_end_block=300, **args), 243) == [243, 248, 249]
+    ex, frontier, prompt_chunks = PR_54362, PR_54362_FRONTIER_CHUNKS, PR_54362_PROMPT_CHUNKS
+    args = dict(block_size=ex.swa_block_size, window=ex.window, alignment_tokens=ex.alignment_tokens,
+                dcp_world_size=1, retention_interval=None, prompt_tokens=ex.prompt,
+                start_block=243, end_block=frontier)
+    assert kept(V.vllm_mask(eagle=False, final_segment_end_block=prompt_chunks, **args), 243) == [248, 249]
+    assert kept(V.vllm_mask(eagle=False, final_segment_end_block=frontier, **args), 243) == \
+        [*PR_54362_WASTED, 248, 249]
+    assert kept(V.vllm_mask(eagle=True, final_segment_end_block=prompt_chunks, **args), 243) == [243, 248, 249]

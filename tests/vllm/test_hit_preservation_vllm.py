@@ -26,8 +26,13 @@ from kvreach.vllm_harness.replay import replay  # noqa: E402
 
 from kvreach.proofs import runner  # noqa: E402
 from kvreach.proofs.geometries import GEOMETRIES  # noqa: E402
+from kvreach.proofs.scenarios import MEASURED_W17, PR_54362, finding  # noqa: E402
 
 pytestmark = pytest.mark.vllm
+
+_EX, _W17, _F6 = PR_54362, MEASURED_W17, finding("F6")  # proofs/scenarios.py
+PR_GROUPS = (full(_EX.full_block_size), swa(_EX.swa_block_size, _EX.window))
+W17_GROUPS = (full(_W17.full_block_size), swa(_W17.swa_block_size, _W17.window))
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,13 +77,13 @@ def test_lookup_window_rule_keeps_the_hit(offline_model_dir, geometry):
 # --- the connector under lookup-window: its decisions are impl's -----------------------------
 
 RULE_SETUPS = [
-    (Setup((full(36), swa(4, 17))), 1188, {}),
-    (Setup((full(36), swa(4, 16))), 1200, {"abort_after_step": 1}),
-    (Setup((full(36), swa(4, 16, extra=5)), budget=333), 1000, {}),
+    (Setup(W17_GROUPS), _W17.prompt, {}),
+    (Setup(PR_GROUPS), _EX.prompt, {"abort_after_step": 1}),
+    (Setup((PR_GROUPS[0], swa(_EX.swa_block_size, _EX.window, extra=5)), budget=333), 1000, {}),
     (Setup((full(16), swa(4, 16), swa(4, 16, eagle=True)), budget=300), 900, {"decode": 5}),
     (Setup((full(16), swa(8, 17)), blocks_per_chunk=2, budget=250), 700, {}),
     (Setup((full(12), swa(4, 8)), retention_interval=48, budget=200), 600, {}),
-    (Setup((full(36), swa(4, 16)), async_scheduling=True), 1200, {"abort_after_step": 1}),
+    (Setup(PR_GROUPS, async_scheduling=True), _EX.prompt, {"abort_after_step": 1}),
 ]
 
 
@@ -122,14 +127,17 @@ def test_connector_lookup_window_equals_impl(offline_model_dir, setup, prompt, l
 # number of alignments (hit at num_tokens - 1): the variant does not fix it (a counterexample
 # of hit-preservation-read-window): the load reads chunk 292, which the rule did not store.
 
+_W17_GEOMETRY = (_W17.full_block_size, _W17.swa_block_size, _W17.window, _W17.blocks_per_chunk)
+
 READ_WINDOW_SCENARIOS = [
     # (full block, SWA block, window, blocks_per_chunk, prompt, budget, abort, later, shared,
     #  (stock hit, dense hit), (variant hit, dense hit))
-    (36, 4, 17, 1, 36, 36, None, 37, 36, (0, 36), (36, 36)),
-    (36, 4, 17, 1, 1200, 1000, None, 1200, 1000, (0, 972), (972, 972)),
+    (*_W17_GEOMETRY, 36, 36, None, 37, 36, (0, 36), (36, 36)),
+    (*_W17_GEOMETRY, _EX.prompt, _EX.budget, None, _EX.prompt, _EX.budget, (0, 972), (972, 972)),
     (16, 8, 17, 2, 80, 63, 1, 34, 32, (0, 32), (32, 32)),
     (16, 8, 17, 2, 32, 32, None, 33, 32, (0, 32), (32, 32)),
-    (36, 4, 17, 1, 1188, 1000, None, 1188, 1188, (0, 1187), (1152, 1187)),
+    (*_W17_GEOMETRY, _W17.prompt, _W17.budget, None, _W17.prompt, _W17.prompt,
+     (_F6.hit_tokens, _F6.dense_hit_tokens), (1152, _F6.dense_hit_tokens)),
 ]
 
 

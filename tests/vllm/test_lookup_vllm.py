@@ -31,19 +31,25 @@ from kvreach.vllm_harness.lookups import (  # noqa: E402
 )
 from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
 
+from kvreach.proofs.scenarios import MEASURED_W17, PR_54362, finding  # noqa: E402
+
 
 pytestmark = pytest.mark.vllm
 
+_EX, _W17, _F6 = PR_54362, MEASURED_W17, finding("F6")  # proofs/scenarios.py
+PR_GROUPS = (full(_EX.full_block_size), swa(_EX.swa_block_size, _EX.window))
+W17_GROUPS = (full(_W17.full_block_size), swa(_W17.swa_block_size, _W17.window))
+
 SETUPS: dict[str, Setup] = {
-    "fa36-swa4-w17": Setup((full(36), swa(4, 17))),
-    "fa36-swa4-w16": Setup((full(36), swa(4, 16))),
+    "fa36-swa4-w17": Setup(W17_GROUPS),
+    "fa36-swa4-w16": Setup(PR_GROUPS),
     "fa16-swa8-w17-bpc2": Setup((full(16), swa(8, 17)), blocks_per_chunk=2),
     "fa12-swa4-w13-bpc3": Setup((full(12), swa(4, 13)), blocks_per_chunk=3),
     "fa12-two-swa": Setup((full(12), swa(4, 8), swa(4, 21))),
     "swa-only": Setup((swa(4, 16),)),
     "two-swa-only": Setup((swa(4, 9), swa(8, 33))),
     "eagle": Setup((full(16), swa(4, 16), swa(4, 16, eagle=True))),
-    "extra-retained": Setup((full(36), swa(4, 16, extra=5))),
+    "extra-retained": Setup((PR_GROUPS[0], swa(_EX.swa_block_size, _EX.window, extra=5))),
     "retention": Setup((full(12), swa(4, 8)), retention_interval=48),
     "two-full-sizes": Setup((full(8), full(16), swa(4, 12))),
     "full-only": Setup((full(16),)),
@@ -84,18 +90,18 @@ def test_measured_zero_hit_with_sparse_stores(offline_model_dir):
     and 1187 with every chunk stored; the twin says the same."""
     rec = recorder("fa36-swa4-w17", offline_model_dir)
     reset(rec)
-    tokens = prompt_token_ids(1188, seed=3)
+    tokens = prompt_token_ids(_W17.prompt, seed=3)
     rid = store_request(rec, tokens)
     rec.answers = {k: LookupResult.HIT for k in rec.stored_keys[rid]}
     rec.run.scheduler.reset_prefix_cache()
     sparse = later_lookups(rec, tokens)
     check(SETUPS["fa36-swa4-w17"], sparse)
-    assert sparse[-1].hit_tokens == 0
+    assert sparse[-1].hit_tokens == _F6.hit_tokens
     rec.answers = {k: LookupResult.HIT for k in rec.prompt_keys[rid]}
     rec.run.scheduler.reset_prefix_cache()
     dense = later_lookups(rec, tokens)
     check(SETUPS["fa36-swa4-w17"], dense)
-    assert dense[-1].hit_tokens == 1187
+    assert dense[-1].hit_tokens == _F6.dense_hit_tokens
     reset(rec)
 
 
@@ -104,7 +110,7 @@ def test_gpu_local_hit_then_offload_hit(offline_model_dir):
     request starts with a local hit, and the lookup runs from there."""
     rec = recorder("fa36-swa4-w16", offline_model_dir)
     reset(rec)
-    tokens = prompt_token_ids(1200, seed=5)
+    tokens = prompt_token_ids(_EX.prompt, seed=5)
     rid = store_request(rec, tokens[:700])
     rec.answers = {k: LookupResult.HIT for k in rec.prompt_keys[rid]}
     obs = later_lookups(rec, tokens)  # prefix cache not reset
@@ -269,13 +275,14 @@ def test_twin_equals_vllm_lookup_dcp2(data):
 
 SCENARIOS = [
     # (name, setup, prompt, budget-steps kwargs, later_prompt, diverges_at)
-    ("issue-9 measurement", Setup((full(36), swa(4, 17))), 1188, {}, 1188, None),
-    ("PR #54362 example", Setup((full(36), swa(4, 16))), 1200, {}, 1200, None),
-    ("PR example, aborted after step 1", Setup((full(36), swa(4, 16))), 1200,
-     {"abort_after_step": 1}, 1200, None),
-    ("later request diverges inside a segment", Setup((full(36), swa(4, 16))), 1200, {}, 1500, 1001),
-    ("later request shorter", Setup((full(36), swa(4, 16))), 1200, {}, 1003, None),
-    ("extra retained tokens", Setup((full(36), swa(4, 16, extra=5))), 1000, {}, 1000, None),
+    ("measured window 17", Setup(W17_GROUPS), _W17.prompt, {}, _W17.prompt, None),
+    ("PR #54362 example", Setup(PR_GROUPS), _EX.prompt, {}, _EX.prompt, None),
+    ("PR example, aborted after step 1", Setup(PR_GROUPS), _EX.prompt,
+     {"abort_after_step": 1}, _EX.prompt, None),
+    ("later request diverges inside a segment", Setup(PR_GROUPS), _EX.prompt, {}, 1500, 1001),
+    ("later request shorter", Setup(PR_GROUPS), _EX.prompt, {}, 1003, None),
+    ("extra retained tokens", Setup((PR_GROUPS[0], swa(_EX.swa_block_size, _EX.window, extra=5))),
+     1000, {}, 1000, None),
     ("SWA only", Setup((swa(4, 16),)), 777, {}, 900, None),
     ("blocks_per_chunk 2", Setup((full(16), swa(8, 17)), blocks_per_chunk=2), 900, {}, 900, None),
 ]

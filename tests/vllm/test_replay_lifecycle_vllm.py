@@ -26,6 +26,7 @@ from kvreach.vllm_harness.replay_lifecycle import WITNESS, replay_lifecycle  # n
 
 from kvreach.proofs import runner  # noqa: E402
 from kvreach.proofs.obligations import OBLIGATIONS  # noqa: E402
+from kvreach.proofs.scenarios import PR_54362_WASTED  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -81,7 +82,7 @@ def test_soundness_later_lookups(offline_model_dir):
     intended counterexample is loaded by later requests (its load model
     does not want it, vLLM's lookup does)."""
     pr = replayed(offline_model_dir, "soundness", "vllm-0.29", "aligned", "vllm-0.29")
-    assert pr["vllm"]["violating"] == [246, 247] and pr["vllm"]["later"]["hits"] > 0
+    assert pr["vllm"]["violating"] == list(PR_54362_WASTED) and pr["vllm"]["later"]["hits"] > 0
     assert pr["vllm"]["later"]["loads_violating"] == []
     eagle = replayed(offline_model_dir, "soundness", "vllm-0.33", "intended", "vllm-0.33")
     assert eagle["vllm"]["later"]["loads_violating"]

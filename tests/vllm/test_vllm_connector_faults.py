@@ -154,9 +154,11 @@ def test_faults_over_1000_random_lifecycles(offline_model_dir, monkeypatch):
 
 def test_every_fault_kind_is_injected_and_counted(offline_model_dir, monkeypatch):
     """One lifecycle with each kind of fault on its own steps."""
+    from kvreach.proofs.scenarios import PR_54362 as ex
     from kvreach.vllm_harness.runner import Setup, full, swa
 
-    case = (Setup((full(36), swa(4, 16)), budget=300), 1200, 2, None)
+    pr = (full(ex.full_block_size), swa(ex.swa_block_size, ex.window))
+    case = (Setup(pr, budget=300), ex.prompt, 2, None)
     plan = ["raise", "past_frontier", "negative_or_dup", "slow", "none", "none", "none"]
     k, s, applied = run_with_faults(offline_model_dir, case, plan, monkeypatch)
     assert {kind for _, kind in applied} == {"raise", "past_frontier", "negative_or_dup", "slow"}

@@ -21,10 +21,14 @@ from kvreach.vllm_harness.runner import (  # noqa: E402
 from kvreach.impl.lifecycle import Lifecycle  # noqa: E402
 from kvreach.impl.lifecycle import run as predict  # noqa: E402
 from kvreach.params import RequestConfig  # noqa: E402
+from kvreach.proofs.scenarios import (  # noqa: E402
+    PR_54362, PR_54362_FRONTIER_CHUNKS, PR_54362_PROMPT_CHUNKS, PR_54362_WASTED,
+)
 
 pytestmark = pytest.mark.vllm
 
-PR = (full(36), swa(4, 16))  # the worked example of vLLM PR #54362
+_EX = PR_54362  # the worked example of vLLM PR #54362 (proofs/scenarios.py)
+PR = (full(_EX.full_block_size), swa(_EX.swa_block_size, _EX.window))
 
 
 def side_by_side(model_dir, setup: Setup, prompt: int, **kw):
@@ -83,8 +87,8 @@ def check_all(model_dir, setup: Setup, prompt: int, *, decode=0, abort_after_ste
 
 # --- the PR's three lifecycles ------------------------------------------------
 
-PR_COMPLETED = sorted({9 * k + j for k in range(32) for j in (5, 6, 7, 8)} | set(range(293, 300)))
-PR_ABORTED = sorted({9 * k + j for k in range(27) for j in (5, 6, 7, 8)} | set(range(246, 250)))
+PR_COMPLETED = sorted({9 * k + j for k in range(32) for j in (5, 6, 7, 8)} | set(range(293, PR_54362_PROMPT_CHUNKS)))
+PR_ABORTED = sorted({9 * k + j for k in range(27) for j in (5, 6, 7, 8)} | set(range(PR_54362_WASTED[0], PR_54362_FRONTIER_CHUNKS)))
 
 
 @pytest.mark.parametrize(
@@ -93,8 +97,8 @@ PR_ABORTED = sorted({9 * k + j for k in range(27) for j in (5, 6, 7, 8)} | set(r
     ids=["completed", "aborted-sync", "aborted-async"],
 )
 def test_pr_54362_lifecycles(offline_model_dir, abort_after_step, async_scheduling, expected):
-    setup = Setup(PR, budget=1000, async_scheduling=async_scheduling)
-    k, s = check_all(offline_model_dir, setup, 1200, abort_after_step=abort_after_step)
+    setup = Setup(PR, budget=_EX.budget, async_scheduling=async_scheduling)
+    k, s = check_all(offline_model_dir, setup, _EX.prompt, abort_after_step=abort_after_step)
     assert len(PR_COMPLETED) == 135
     assert k.stored(1) == expected == s.stored(1)
 
@@ -102,9 +106,9 @@ def test_pr_54362_lifecycles(offline_model_dir, abort_after_step, async_scheduli
 # --- chunked prefill, several budgets --------------------------------------------
 
 
-@pytest.mark.parametrize("budget", [37, 300, 1000, 1200, 4096])
+@pytest.mark.parametrize("budget", [37, 300, _EX.budget, _EX.prompt, 4096])
 def test_completed_chunked_prefill(offline_model_dir, budget):
-    check_all(offline_model_dir, Setup(PR, budget=budget), 1200)
+    check_all(offline_model_dir, Setup(PR, budget=budget), _EX.prompt)
 
 
 # --- abort after every step, sync and async ----------------------------------------
@@ -137,7 +141,7 @@ def test_decode_then_abort(offline_model_dir):
 
 
 def test_max_offload_tokens(offline_model_dir):
-    check_all(offline_model_dir, Setup(PR, budget=300), 1200, max_offload_tokens=700)
+    check_all(offline_model_dir, Setup(PR, budget=300), _EX.prompt, max_offload_tokens=700)
 
 
 # --- EAGLE draft group -------------------------------------------------------------------
@@ -146,7 +150,7 @@ def test_max_offload_tokens(offline_model_dir):
 @pytest.mark.parametrize("offload_prompt_only", [True, False])
 @pytest.mark.parametrize("abort_after_step", [None, 2])
 def test_eagle_draft_group(offline_model_dir, offload_prompt_only, abort_after_step):
-    setup = Setup((full(36), swa(4, 16), swa(4, 16, eagle=True)), budget=300,
+    setup = Setup((*PR, swa(_EX.swa_block_size, _EX.window, eagle=True)), budget=300,
                   offload_prompt_only=offload_prompt_only)
     k, _ = check_all(offline_model_dir, setup, 1000, decode=30,
                      abort_after_step=abort_after_step)
@@ -171,7 +175,7 @@ def test_retention_interval(offline_model_dir, retention_interval, abort_after_s
 
 @pytest.mark.parametrize(
     "groups,blocks_per_chunk",
-    [(PR, 2), ((full(36), swa(4, 16)), 3), ((full(12), swa(4, 8)), 2), ((full(16), swa(8, 17)), 4)],
+    [(PR, 2), (PR, 3), ((full(12), swa(4, 8)), 2), ((full(16), swa(8, 17)), 4)],
 )
 @pytest.mark.parametrize("abort_after_step", [None, 1, 3])
 def test_blocks_per_chunk(offline_model_dir, groups, blocks_per_chunk, abort_after_step):
@@ -180,7 +184,7 @@ def test_blocks_per_chunk(offline_model_dir, groups, blocks_per_chunk, abort_aft
 
 
 def test_extra_retained_tokens_widen_the_mask(offline_model_dir):
-    setup = Setup((full(36), swa(4, 16, extra=5)), budget=300)
+    setup = Setup((PR[0], swa(_EX.swa_block_size, _EX.window, extra=5)), budget=300)
     k, _ = check_all(offline_model_dir, setup, 1000)
     assert k.offload._kvreach_groups[1].mask_window_tokens == 21
 
@@ -220,18 +224,19 @@ def class_level(setup, prompt, prefill_steps, abort):
 
 
 @pytest.mark.parametrize("abort", [False, True])
-@pytest.mark.parametrize("prefill_steps", [[1000, 200], [300, 300, 300, 300], [1200]])
+@pytest.mark.parametrize("prefill_steps", [[_EX.budget, _EX.prompt - _EX.budget],
+                                           [300, 300, 300, 300], [_EX.prompt]])
 def test_dcp2_class_level(prefill_steps, abort):
     setup = Setup(PR, budget=max(prefill_steps), dcp_world_size=2, offload_prompt_only=False)
     if abort:
         prefill_steps = prefill_steps[:-1] or prefill_steps
-    k, s = class_level(setup, 1200, prefill_steps, abort)
+    k, s = class_level(setup, _EX.prompt, prefill_steps, abort)
     assert k.stored(1) and k.stored(0)
     assert [st.stores for st in k.steps] == [st.stores for st in s.steps]
     assert [st.jobs for st in k.steps] == [st.jobs for st in s.steps]
     g = setup.kvreach_group(1)
     assert g.block_tokens == 8 and k.offload._kvreach_groups[1] == g
-    tr = predict("vllm-0.33", g, RequestConfig(1200, None, False),
+    tr = predict("vllm-0.33", g, RequestConfig(_EX.prompt, None, False),
                  Lifecycle(setup.budget, prefill_steps=tuple(prefill_steps) if not abort else None,
                            abort_after_step=len(prefill_steps) if abort else None))
     if not abort:
@@ -242,8 +247,8 @@ def test_dcp2_class_level(prefill_steps, abort):
 def test_dcp2_abort_reconsiders_final_swa_tail():
     """vLLM's test_dcp_abort_reconsiders_final_swa_tail, kvreach side: the
     abort at 1000 tokens submits SWA block 123 (of 8-token DCP blocks) once."""
-    setup = Setup(PR, budget=1000, dcp_world_size=2, offload_prompt_only=False)
-    k, s = class_level(setup, 1200, [1000], abort=True)
+    setup = Setup(PR, budget=_EX.budget, dcp_world_size=2, offload_prompt_only=False)
+    k, s = class_level(setup, _EX.prompt, [_EX.budget], abort=True)
     assert k.steps[-1].chunks(1) == [123] == s.steps[-1].chunks(1)
     assert [j[1:3] for j in k.steps[-1].jobs] == [((0, 1), (0, 123))]
 
