@@ -48,3 +48,38 @@ def source(version: str) -> Path:
                     z.extract(name, root)
         done.write_text(version)
     return root
+
+
+def venv(version: str) -> Path:
+    """A virtualenv holding ``vllm==<version>`` and this kvreach, made once.
+
+    ``$KVREACH_CACHE/venvs/vllm-<version>`` (about 9 GB: vLLM brings a CUDA
+    build of torch, nothing of which needs a GPU to import).  The first call
+    runs ``pip install vllm==<version>`` there (a few minutes), then installs
+    kvreach from this checkout with ``--no-deps`` plus the one dependency the
+    harness imports, ``z3-solver`` (vLLM's tilelang pins it, so it comes with
+    vLLM) and ``typer``/``rich``/``deal`` only if vLLM did not bring them.
+    Returns the venv's ``bin/python``.
+    """
+    root = cache_dir() / "venvs" / f"vllm-{version}"
+    python = root / "bin" / "python"
+    done = root / ".installed"
+    if done.exists():
+        return python
+    root.parent.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run(pip + [f"vllm=={version}"], check=True)
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
+    missing = subprocess.run(
+        [str(python), "-c",
+         "import importlib.util as u\n"
+         "print(' '.join(p for m, p in [('z3', 'z3-solver'), ('typer', 'typer'),"
+         " ('rich', 'rich'), ('deal', 'deal')] if u.find_spec(m) is None))"],
+        check=True, capture_output=True, text=True).stdout.split()
+    if missing:
+        subprocess.run(pip + missing, check=True)
+    done.write_text(version)
+    return python
