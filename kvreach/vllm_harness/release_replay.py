@@ -120,9 +120,20 @@ def unchecked_load(model_dir: str, case: str, missing=None) -> dict:
         return LookupResult.MISS if pos in missing else LookupResult.HIT
 
     run.manager.lookup.side_effect = answer
+    loads: list[tuple[list, object]] = []
+    recorded_load = run.manager.prepare_load
+
+    def prepare_load(keys, req_context):
+        loads.append((list(keys), req_context))
+        return recorded_load(keys, req_context)
+
+    run.manager.prepare_load = prepare_load
     rid = new_id("later-")
     run.add_request(rid, n, max_tokens=1, seed=3)
     run.step()
+    positions = rec.key_positions(rid)
+    cpu_load = [cpu_manager_load([k for k, p in positions.items() if p not in missing], keys, ctx)
+                for keys, ctx in loads]
     obs = [o for o in rec.observations if o.req_id == rid]
     # the observation's content: what the manager answered for each key
     for o in obs:
@@ -131,7 +142,26 @@ def unchecked_load(model_dir: str, case: str, missing=None) -> dict:
     run.run_to_completion()
     r = record()
     return {"vllm": vllm.__version__, "record": r.name, "case": case,
-            "missing": sorted(missing), "lookups": [_obs_json(setup, o, r) for o in obs]}
+            "missing": sorted(missing), "lookups": [_obs_json(setup, o, r) for o in obs],
+            "cpu_manager_load": cpu_load}
+
+
+def cpu_manager_load(held: list, keys: list, req_context) -> str:
+    """What the release's own ``CPUOffloadingManager`` (the manager of the
+    default ``CPUOffloadingSpec``) does with this ``prepare_load``: a real
+    manager (LRU) that stored and completed exactly ``held``, then asked to
+    load ``keys``. -> ``"ok"`` or the exception it raises, ``"Type: message"``."""
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    m = CPUOffloadingManager(4 * len(held) + 16)
+    out = m.prepare_store(held, req_context)
+    assert out is not None and set(out.keys_to_store) == set(held)
+    m.complete_store(held, req_context)
+    try:
+        m.prepare_load(keys, req_context)
+    except Exception as e:  # the answer under test: which exception, if any
+        return f"{type(e).__name__}: {e}"
+    return "ok"
 
 
 # --- the finish step's stores ---------------------------------------------------------------
