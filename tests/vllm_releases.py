@@ -59,6 +59,15 @@ def venv(version: str) -> Path:
     kvreach from this checkout with ``--no-deps`` plus the one dependency the
     harness imports, ``z3-solver`` (vLLM's tilelang pins it, so it comes with
     vLLM) and ``typer``/``rich``/``deal`` only if vLLM did not bring them.
+    torchvision, torchaudio and torchcodec are removed when they do not
+    import: where pip takes torch from a local wheel folder (this machine's
+    ``find-links`` holds ``torch-2.13.0+cpu``, the very version 0.29.0 and
+    0.30.0 pin) and those three from PyPI (built for the CUDA torch),
+    importing vLLM fails (``operator torchvision::nms does not exist``;
+    ``Could not load this library``: ``_torchaudio.abi3.so``,
+    ``libtorchcodec_image.so``, an OSError 0.30.0's ``multimodal/media/audio.py``
+    does not catch). The scheduler side needs none of them, and vLLM and
+    ``transformers`` import them only if installed.
     Returns the venv's ``bin/python``.
     """
     root = cache_dir() / "venvs" / f"vllm-{version}"
@@ -81,5 +90,11 @@ def venv(version: str) -> Path:
         check=True, capture_output=True, text=True).stdout.split()
     if missing:
         subprocess.run(pip + missing, check=True)
+    for module in ("torchvision", "torchaudio", "torchcodec"):
+        if subprocess.run([str(python), "-c", f"import {module}"],
+                          capture_output=True).returncode != 0:
+            subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", module],
+                           check=True)
+    subprocess.run([str(python), "-c", "import vllm.v1.core.sched.scheduler"], check=True)
     done.write_text(version)
     return python

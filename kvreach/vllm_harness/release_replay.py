@@ -167,21 +167,29 @@ def cpu_manager_load(held: list, keys: list, req_context) -> str:
 # --- the finish step's stores ---------------------------------------------------------------
 
 FINISH = {
-    # computed-before-stored (vllm-0.29)'s decoded group: SWA block 1, window 4,
-    # 4 blocks per chunk, a 7-token prompt offloaded past the prompt
-    "finish-store": (swa(1, 4), 4, 7),
-    # computed-before-stored-restarts (vllm-0.29)'s: SWA block 1, window 3, 1 block per chunk
-    "finish-store-restart": (swa(1, 3), 1, 1),
+    # computed-before-stored (vllm-0.29)'s decoded scenario (window 4, 4-token
+    # chunks, a 7-token prompt offloaded past the prompt, one prefill step, no
+    # decode) with the chunk one 4-token block: the block holding the sampled
+    # token's slot is allocated, so storable_chunks' allocated-chunk cap admits
+    # the chunk (with 1-token blocks, the decoded geometry, it does not)
+    "finish-store": (swa(4, 4), 1, 7),
+    # computed-before-stored-restarts (vllm-0.29)'s: window 3, a 1-token prompt,
+    # with 2-token blocks (the decoded 1-token blocks: see above)
+    "finish-store-restart": (swa(2, 3), 1, 1),
 }
 
 
-def finish_store(model_dir: str, case: str, decode: int | None = None) -> dict:
+def finish_store(model_dir: str, case: str, decode: int | None = None,
+                 group: tuple[int, int, int] | None = None, prompt: int | None = None) -> dict:
     """Per step: the SWA chunks ``prepare_store`` received, each chunk's end
     token, the request's ``num_computed_tokens`` when the step's stores were
     built and the tokens computed once the step's batch ran. A chunk whose
     end is past the latter is stored before it was computed. ``finish-store-restart``: after ``decode`` steps
     the running request is preempted, its recompute's stores are refused."""
-    g, bpc, prompt = FINISH[case]
+    g, bpc, case_prompt = FINISH[case]
+    if group is not None:  # (block_size, window, blocks_per_chunk)
+        g, bpc = swa(group[0], group[1]), group[2]
+    prompt = case_prompt if prompt is None else prompt
     restart = case == "finish-store-restart"
     decode = (2 if restart else 0) if decode is None else decode
     setup = Setup((g,), budget=64, blocks_per_chunk=bpc, offload_prompt_only=False,
@@ -296,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cex", help="a counterexample JSON file (kvreach counterexample --json)")
     p.add_argument("--missing", help="JSON list of [group, chunk] missing from the store")
     p.add_argument("--decode", type=int)
+    p.add_argument("--group", help="finish-store*: block_size,window,blocks_per_chunk")
+    p.add_argument("--prompt", type=int, help="finish-store*: prompt tokens")
     a = p.parse_args(argv)
     from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
 
@@ -306,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.case in UNCHECKED:
             out = unchecked_load(model, a.case, json.loads(a.missing) if a.missing else None)
         elif a.case in FINISH:
-            out = finish_store(model, a.case, a.decode)
+            group = tuple(int(x) for x in a.group.split(",")) if a.group else None
+            out = finish_store(model, a.case, a.decode, group, a.prompt)
         else:
             if not a.cex:
                 print("--cex: missing; expected a counterexample JSON file", file=sys.stderr)
