@@ -95,46 +95,66 @@ def _group(cex: dict) -> dict:
     return cex["counterexample"]["config"]["group"]
 
 
+def _steps(out: dict) -> list[tuple]:
+    return [(st["computed_after_batch"], st["stored"], st["refused"]) for st in out["steps"]]
+
+
 def test_0_29_0_finish_stores_a_chunk_before_it_is_computed(python):
-    """computed-before-stored of vllm-0.29: its decoded SWA group, request and
-    lifecycle (one prefill step of the whole prompt, no decode) on 0.29.0's
-    own scheduler: the finish step stores chunk 1, whose last token (the
-    sampled one) was never computed. 0.30.0 on clamp the finish to
-    ``max(num_prompt_tokens, num_tokens - 1)``."""
+    """computed-before-stored of vllm-0.29: its decoded scenario (window 4,
+    4-token chunks, a 7-token prompt offloaded past the prompt, one prefill
+    step, no decode) on 0.29.0's own scheduler. With 4-token blocks the
+    finish step (``num_tokens`` 8, 7 computed) stores chunk 1, whose last
+    token (the sampled one) was never computed; 0.30.0 on clamp the finish
+    to ``max(num_prompt_tokens, num_tokens - 1)``. In the decoded geometry
+    itself (1-token blocks) 0.29.0 stores nothing at the finish:
+    ``storable_chunks`` caps at the allocated chunks, and the sampled
+    token's slot is never allocated."""
     cex = counterexample("computed-before-stored", "vllm-0.29")
     c, g = cex["counterexample"], _group(cex)
     assert (g["block_size"], g["window"], g["blocks_per_chunk"],
-            c["config"]["request"]["prompt_tokens"], c["lifecycle"]["decode"]) == (1, 4, 4, 7, 0)
+            c["config"]["request"]["prompt_tokens"], c["lifecycle"]["decode"],
+            c["lifecycle"]["prefill_steps"]) == (1, 4, 4, 7, 0, [7])
     assert c["config"]["request"]["offload_prompt_only"] is False
     for v in ("0.29.0", "0.30.0", "0.33.0"):
         out = replay(python(v), "finish-store")
+        assert out["tokens_per_chunk"] == g["block_size"] * g["blocks_per_chunk"]
+        assert out["steps"][-1]["status"] == "FINISHED_LENGTH_CAPPED"
         if v == "0.29.0":
             assert out["uncomputed"] == [c["chunk"]] == [1]
-            finish = out["steps"][-1]
-            assert finish["status"] == "FINISHED_LENGTH_CAPPED"
-            assert (finish["computed_after_batch"], finish["stored"]) == (7, [1])
+            assert _steps(out) == [(7, [0], []), (7, [1], [])]
         else:
             assert out["uncomputed"] == []
+            assert _steps(out) == [(7, [0], []), (7, [], [])]
+    decoded = replay(python("0.29.0"), "finish-store", "--group", "1,4,4")
+    assert decoded["uncomputed"] == [] and _steps(decoded) == [(7, [0], []), (7, [], [])]
 
 
-def test_0_29_0_finish_after_a_refused_recompute_stores_an_uncomputed_chunk(python):
-    """computed-before-stored-restarts of vllm-0.29: SWA block 1, window 3, a
-    1-token prompt decoded twice, preempted, its 3-token recompute's stores
-    refused; the finish then stores up to ``num_tokens`` (4): chunk 3."""
+def test_0_29_0_finish_after_a_preempted_recompute_stores_an_uncomputed_chunk(python):
+    """computed-before-stored-restarts of vllm-0.29: window 3, a 1-token
+    prompt decoded twice, preempted (``reset_prefix_cache(
+    reset_running_requests=True)``), recomputed (3 tokens, every store of the
+    recompute refused), finished with ``num_tokens`` 4 and 3 computed: with
+    2-token blocks 0.29.0 stores chunk 1 (tokens 2-3). In the decoded
+    geometry (1-token blocks) the recompute's chunk 2 is refused and the
+    finish retries it, but chunk 3's block is never allocated."""
     cex = counterexample("computed-before-stored-restarts", "vllm-0.29")
     c, g = cex["counterexample"], _group(cex)
     assert (g["block_size"], g["window"], g["blocks_per_chunk"],
             c["config"]["request"]["prompt_tokens"]) == (1, 3, 1, 1)
-    assert [s["kind"] for s in c["plan"]] == ["recompute", "finish"]
+    assert [(s["kind"], s["scheduled_tokens"], s["outcome"]) for s in c["plan"]] == [
+        ("recompute", 3, "refused"), ("finish", 0, "accept")]
     for v in ("0.29.0", "0.33.0"):
         out = replay(python(v), "finish-store-restart")
         assert out["preempted"]
-        recompute = [s for s in out["steps"] if s["refused"]]
-        assert recompute and recompute[0]["scheduled"] == 3
+        assert [st["scheduled"] for st in out["steps"]] == [1, 1, 3, 0]
         if v == "0.29.0":
-            assert out["uncomputed"] == [c["chunk"]] == [3]
+            assert out["uncomputed"] == [1]
+            assert _steps(out) == [(1, [], []), (2, [0], []), (3, [], []), (3, [1], [])]
         else:
             assert out["uncomputed"] == []
+    decoded = replay(python("0.29.0"), "finish-store-restart", "--group", "1,3,1")
+    assert decoded["uncomputed"] == []
+    assert _steps(decoded)[2:] == [(3, [], [2]), (3, [2], [])]
 
 
 def test_hit_preservation_of_vllm_0_29_on_its_own_scheduler_and_lookup(python, tmp_path):
