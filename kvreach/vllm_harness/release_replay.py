@@ -184,8 +184,11 @@ def finish_store(model_dir: str, case: str, decode: int | None = None,
     """Per step: the SWA chunks ``prepare_store`` received, each chunk's end
     token, the request's ``num_computed_tokens`` when the step's stores were
     built and the tokens computed once the step's batch ran. A chunk whose
-    end is past the latter is stored before it was computed. ``finish-store-restart``: after ``decode`` steps
-    the running request is preempted, its recompute's stores are refused."""
+    end is past the latter is stored before it was computed.
+    ``finish-store-restart``: after ``decode`` steps the running request is
+    preempted, and every store offered in its first recompute step is
+    refused. ``group`` (block_size, window, blocks_per_chunk) and ``prompt``
+    replace the case's."""
     g, bpc, case_prompt = FINISH[case]
     if group is not None:  # (block_size, window, blocks_per_chunk)
         g, bpc = swa(group[0], group[1]), group[2]
