@@ -72,11 +72,18 @@ def test_the_0_29_0_lookup_loads_a_swa_chunk_it_never_checked(python):
             assert lookup["hit_tokens"] == 22
             assert lookup["loaded_miss"] == [[1, 3]]
             assert [c for g, c in lookup["loaded"] if g == 1] == [3, 4, 5]
+            # the release's own CPUOffloadingManager asserts on the unchecked key
+            (answer,) = out["cpu_manager_load"]
+            assert answer.startswith("AssertionError: Block ") and answer.endswith(
+                "not found in cache"), answer
         else:
             assert (lookup["hit_tokens"], lookup["loaded_miss"]) == (12, [])
+            assert out["cpu_manager_load"] == ["ok"]
     # with SWA chunk 3 stored the same lookup loads only what it checked
-    lookup = only_lookup(replay(python("0.29.0"), "unchecked-load-029", "--missing", "[[0, 11]]"))
-    assert lookup["loaded_miss"] == []
+    out = replay(python("0.29.0"), "unchecked-load-029", "--missing", "[[0, 11]]")
+    lookup = only_lookup(out)
+    assert (lookup["hit_tokens"], lookup["loaded_miss"]) == (22, [])
+    assert out["cpu_manager_load"] == ["ok"]
 
 
 def test_the_0_29_0_and_0_30_0_lookups_load_chunk_0_unchecked_with_extra_retained(python):
@@ -85,10 +92,15 @@ def test_the_0_29_0_and_0_30_0_lookups_load_chunk_0_unchecked_with_extra_retaine
         lookup = only_lookup(out)
         if v in OLD:
             assert (lookup["hit_tokens"], lookup["loaded_miss"]) == (6, [[0, 0]])
+            (answer,) = out["cpu_manager_load"]
+            assert answer.startswith("AssertionError: ") and "not found in cache" in answer
         else:
             assert (lookup["hit_tokens"], lookup["loaded"]) == (0, [])
-    lookup = only_lookup(replay(python("0.30.0"), "unchecked-load-030", "--missing", "[]"))
+            assert out["cpu_manager_load"] == []
+    out = replay(python("0.30.0"), "unchecked-load-030", "--missing", "[]")
+    lookup = only_lookup(out)
     assert (lookup["hit_tokens"], lookup["loaded_miss"]) == (6, [])
+    assert out["cpu_manager_load"] == ["ok"]
 
 
 def _group(cex: dict) -> dict:
