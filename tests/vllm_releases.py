@@ -73,14 +73,19 @@ def venv(version: str) -> Path:
     root = cache_dir() / "venvs" / f"vllm-{version}"
     python = root / "bin" / "python"
     done = root / ".installed"
+    repo = Path(__file__).resolve().parent.parent
+    pip = [str(python), "-m", "pip", "install", "-q"]
     if done.exists():
+        # kvreach there is editable: point it at this checkout if another made the venv
+        where = subprocess.run([str(python), "-c", "import kvreach; print(kvreach.__file__)"],
+                               capture_output=True, text=True).stdout.strip()
+        if not where or Path(where).resolve().parent.parent != repo:
+            subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
         return python
     root.parent.mkdir(parents=True, exist_ok=True)
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run(pip + [f"vllm=={version}"], check=True)
-    repo = Path(__file__).resolve().parent.parent
     subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
     missing = subprocess.run(
         [str(python), "-c",
