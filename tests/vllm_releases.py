@@ -48,3 +48,58 @@ def source(version: str) -> Path:
                     z.extract(name, root)
         done.write_text(version)
     return root
+
+
+def venv(version: str) -> Path:
+    """A virtualenv holding ``vllm==<version>`` and this kvreach, made once.
+
+    ``$KVREACH_CACHE/venvs/vllm-<version>`` (about 9 GB: vLLM brings a CUDA
+    build of torch, nothing of which needs a GPU to import).  The first call
+    runs ``pip install vllm==<version>`` there (a few minutes), then installs
+    kvreach from this checkout with ``--no-deps`` plus the one dependency the
+    harness imports, ``z3-solver`` (vLLM's tilelang pins it, so it comes with
+    vLLM) and ``typer``/``rich``/``deal`` only if vLLM did not bring them.
+    torchvision, torchaudio and torchcodec are removed when they do not
+    import: where pip takes torch from a local wheel folder (this machine's
+    ``find-links`` holds ``torch-2.13.0+cpu``, the very version 0.29.0 and
+    0.30.0 pin) and those three from PyPI (built for the CUDA torch),
+    importing vLLM fails (``operator torchvision::nms does not exist``;
+    ``Could not load this library``: ``_torchaudio.abi3.so``,
+    ``libtorchcodec_image.so``, an OSError 0.30.0's ``multimodal/media/audio.py``
+    does not catch). The scheduler side needs none of them, and vLLM and
+    ``transformers`` import them only if installed.
+    Returns the venv's ``bin/python``.
+    """
+    root = cache_dir() / "venvs" / f"vllm-{version}"
+    python = root / "bin" / "python"
+    done = root / ".installed"
+    repo = Path(__file__).resolve().parent.parent
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    if done.exists():
+        # kvreach there is editable: point it at this checkout if another made the venv
+        where = subprocess.run([str(python), "-c", "import kvreach; print(kvreach.__file__)"],
+                               capture_output=True, text=True).stdout.strip()
+        if not where or Path(where).resolve().parent.parent != repo:
+            subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
+        return python
+    root.parent.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    subprocess.run(pip + [f"vllm=={version}"], check=True)
+    subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
+    missing = subprocess.run(
+        [str(python), "-c",
+         "import importlib.util as u\n"
+         "print(' '.join(p for m, p in [('z3', 'z3-solver'), ('typer', 'typer'),"
+         " ('rich', 'rich'), ('deal', 'deal')] if u.find_spec(m) is None))"],
+        check=True, capture_output=True, text=True).stdout.split()
+    if missing:
+        subprocess.run(pip + missing, check=True)
+    for module in ("torchvision", "torchaudio", "torchcodec"):
+        if subprocess.run([str(python), "-c", f"import {module}"],
+                          capture_output=True).returncode != 0:
+            subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", module],
+                           check=True)
+    subprocess.run([str(python), "-c", "import vllm.v1.core.sched.scheduler"], check=True)
+    done.write_text(version)
+    return python

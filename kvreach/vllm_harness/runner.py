@@ -75,7 +75,10 @@ from vllm.v1.kv_offload.base import (
     PrepareStoreOutput,
     RequestOffloadingContext,
 )
-from vllm.v1.metrics.cache_hit_source import CacheHitSource
+try:  # vLLM 0.31.0 on; the release replays (release_replay.py) run this on 0.29.0 / 0.30.0 too
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+except ImportError:
+    CacheHitSource = None
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
@@ -103,11 +106,13 @@ class RecordingOffloadingSpec(OffloadingSpec):
         super().__init__(config)
         m = MagicMock(spec=OffloadingManager)
         m.lookup.return_value = LookupResult.MISS
-        m.get_load_source.return_value = CacheHitSource.EXTERNAL_UNSPECIFIED
-        m.get_stats.return_value = None
-        m.config_info.return_value = [{}]
-        m.on_new_request.return_value = RequestOffloadingContext()
-        m.has_pending_work.return_value = False
+        answers = {"get_stats": None, "config_info": [{}], "has_pending_work": False,
+                   "on_new_request": RequestOffloadingContext()}
+        if CacheHitSource is not None:
+            answers["get_load_source"] = CacheHitSource.EXTERNAL_UNSPECIFIED
+        for name, value in answers.items():
+            if hasattr(OffloadingManager, name):  # an older release's manager lacks some
+                getattr(m, name).return_value = value
         m.prepare_load = lambda keys, req_context: _KeysSpec(keys)
         m.prepare_store.side_effect = lambda keys, req_context: PrepareStoreOutput(
             keys_to_store=list(keys), store_spec=_KeysSpec(keys), evicted_keys=[]
