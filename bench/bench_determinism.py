@@ -1,7 +1,7 @@
 """Verdicts and Z3 resources do not depend on machine load.
 
 Runs every proof row twice in one run, as ``kvreach prove`` does (the
-runner's process pool, ``runner.run``): first with the machine idle, then
+process pool, ``pool.run``): first with the machine idle, then
 with two CPU hogs (busy-loop subprocesses started here and always killed),
 and prints per row the verdict, the Z3 resources spent (``rlimit`` units)
 and the wall time, idle / loaded, and the wall-time ratio. Exits 1 if any
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from kvreach.proofs import runner
+from kvreach.proofs import pool, runner
 
 HOGS = 2
 
@@ -25,7 +25,7 @@ def _run() -> tuple[dict, float]:
     runner._mutant_cache.clear()  # the invariant rows run in this process: redo their mutants
     runner._mutant_used.clear()
     t = time.perf_counter()
-    rows = {(r.obligation, r.rule, r.load_model): r for r in runner.run()}
+    rows = {(r.obligation, r.rule, r.load_model): r for r in pool.run()}
     return rows, time.perf_counter() - t
 
 

@@ -6,7 +6,7 @@ the case-splitting. This prints, for each depth, the time to decide the BMC quer
 of a few rows, and the time of each induction step query.
 
 Then the split strategy: the runner's (a ROOT_RL try, then every
-(step kind x EAGLE x retention) case at once, ``runner._solve_cases``) against
+(step kind x EAGLE x retention) case at once, ``solve._solve_cases``) against
 the baseline it replaced (a NODE_RL try at every node of a depth-first split over
 the same cases, then the rest; ``depth_first`` below), on the slowest proved
 rows, measured in the same run, and for each the ratio runner / baseline.
@@ -31,7 +31,7 @@ import time
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.proofs import runner
+from kvreach.proofs import runner, solve
 from kvreach.proofs.induction import bmc_query, lifecycle_step_query
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.spec.lifecycle import K_FINISH
@@ -53,11 +53,11 @@ def main() -> None:
             ctx = runner._ctx(rule, model)
             q, _, _ = bmc_query(ob, ctx, depth)
             t = time.perf_counter()
-            r, _ = runner._solve(q.premise + [q.violation], runner.CHECK_RL)
+            r, _ = solve._solve(q.premise + [q.violation], solve.CHECK_RL)
             cells.append(f"{time.perf_counter() - t:6.2f}s {str(r)[:5]:5s}")
         ctx = runner._ctx(rule, model)
         t = time.perf_counter()
-        r, _ = runner._decide(lifecycle_step_query(ob, ctx), ctx, True, runner.Meter(runner.ROW_RL))
+        r, _ = solve._decide(lifecycle_step_query(ob, ctx), ctx, True, solve.Meter(runner.ROW_RL))
         print(f"{name:24s} {rule:10s} {model:9s} " + " ".join(cells) + f"  {time.perf_counter() - t:6.2f}s {r}")
     _ = z3
     split_strategies()
@@ -78,7 +78,7 @@ def depth_first(assertions: list, ctx, lifecycle: bool, meter):
     head = [s.eagle, s.retention_mode == RetentionMode.NONE, s.retention_mode == RetentionMode.ZERO]
     if lifecycle:
         head.insert(0, z3.Int("kind_t") == K_FINISH)
-    return runner._solve_split(assertions, head + runner._splits(ctx, lifecycle), meter)
+    return solve._solve_split(assertions, head + solve._splits(ctx, lifecycle), meter)
 
 
 def _queries(name: str, rule: str, model: str):
@@ -95,11 +95,11 @@ def split_strategies() -> None:
     tot_new = tot_old = 0.0
     for name, rule, model in SLOW_ROWS:
         times = []
-        for strategy in (runner._solve_cases, depth_first):
+        for strategy in (solve._solve_cases, depth_first):
             ctx, lifecycle, qs = _queries(name, rule, model)
             t = time.perf_counter()
             verdicts = [str(strategy(q.premise + [q.violation], ctx, lifecycle,
-                                     runner.Meter(runner.CASES_RL))[0]) for q in qs]
+                                     solve.Meter(solve.CASES_RL))[0]) for q in qs]
             times.append(time.perf_counter() - t)
             if verdicts != ["unsat"] * len(qs):
                 print(f"  {name} {rule} {model}: {strategy.__name__} gave {verdicts}")
@@ -117,8 +117,12 @@ import json, sys, time
 from pathlib import Path
 from kvreach.proofs import runner
 assert Path(runner.__file__).resolve().is_relative_to(Path(sys.argv[2])), runner.__file__
+try:
+    from kvreach.proofs.pool import run
+except ImportError:  # a tree whose runner module held the run
+    run = runner.run
 rows, t = [], time.process_time()
-for row in runner.run(sys.argv[1] or None, jobs=1):
+for row in run(sys.argv[1] or None, jobs=1):
     now = time.process_time()  # a row's CPU (the first row yielded: the invariants' too)
     rows.append([row.obligation, row.rule, row.load_model, row.verdict, row.rlimit, now - t])
     t = now

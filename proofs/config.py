@@ -1,7 +1,7 @@
 """The proof run's configuration, apart from what is proved: the scope, the
 bounds, the solver budgets (Z3 ``rlimit``), the case splits, the BMC depths
 and the scheduling hints. The obligations (``proofs/obligations/``) say what
-is checked, the runner (``proofs/runner.py``) how; this module says how far
+is checked, the runner (``proofs/runner.py``, on ``proofs/solve.py``) how; this module says how far
 and how hard. The expected verdicts are data too: ``proofs/expected.toml``
 (:data:`EXPECTED`); the group geometries of the grid obligations:
 ``proofs/geometries.py``; the worked examples: ``proofs/scenarios.py``.
@@ -72,7 +72,7 @@ READABLE_BOUNDS = dict(B=16, W=64, bpc=4, alignment_blocks=16, Rc=4, P=512, max_
 READABLE_BUDGET = 512
 
 # Scheduling only (never a verdict): the Z3 resource units (``rlimit``) each
-# row spent in the committed run, docs/proof-results.json. The runner starts
+# row spent in the committed run, docs/proof-results.json. The run (``proofs/pool.py``) starts
 # the largest first (and the rows that file does not have before those), so no
 # long row is the run's tail. Measured units, deterministic, not timings.
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "proof-results.json"

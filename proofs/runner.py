@@ -9,37 +9,34 @@ resource limit (``rlimit``), never by wall time, so a verdict is a function
 of the query and the Z3 version; each row reports the resources it spent.
 Each row also reports non-vacuity (the premises are satisfiable) and its
 mutant (must be rejected).
+
+One row at a time: the checks and case splits are :mod:`kvreach.proofs.solve`'s,
+a whole run (the pool, its order, the result cache's rows) is
+:mod:`kvreach.proofs.pool`'s.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import time
 import tomllib
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 
 import z3
 
-from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
-from kvreach.proofs import cache, decode
+from kvreach.params import LOAD_MODELS, RULES
+from kvreach.proofs import cache, decode, solve
+# The budgets, bounds and scope: proofs/config.py (the tests patch the budgets here).
+from kvreach.proofs.config import (
+    BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROW_RL, VACUITY_RL,
+)
 from kvreach.proofs.framework import Ctx, Query, Role
 from kvreach.proofs.induction import (
     bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
 )
-from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS, run_order
+from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
+from kvreach.proofs.solve import Meter, _charge, _decide, _solve, _solve_cases, _still_sat
 from kvreach.spec.config import SymConfig
-
-# The budgets, bounds, scope, splits and scheduling hints: proofs/config.py.
-from kvreach.proofs.config import (  # noqa: E402  (names the tests patch here)
-    BMC_DEPTHS, CASES_RL, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROOT_RL, ROW_RL, VACUITY_RL,
-    measured_rlimits,
-)
-from kvreach.proofs.config import cube as _cube  # noqa: E402
-from kvreach.proofs.config import splits as _splits  # noqa: E402
 
 
 class ProofRunError(RuntimeError):
@@ -106,197 +103,6 @@ def expected_table() -> dict[tuple[str, str, str], str]:
     for row in expected_rows():
         out[(row["obligation"], row["rule"], row["load_model"])] = row["verdict"]
     return out
-
-
-class Meter:
-    """The Z3 resources (``rlimit`` units) a row has spent, and, with a
-    ``total``, the most it may spend: each check gets at most what is left."""
-
-    def __init__(self, total: int | None = None):
-        self.total = total
-        self.used = 0
-        self.checks = 0
-        self.exhausted = 0  # checks stopped by their resource limit
-
-    def left(self) -> int | None:
-        return None if self.total is None else self.total - self.used
-
-
-# Optional hook (calibration, bench): called with (limit, used, result) per check.
-CHECK_HOOK = None
-
-# CPU seconds spent inside ``check()`` in this process so far (each row
-# reports the difference over its run: its solver time beside its total).
-_solver_seconds = 0.0
-# Checks of this process answered from the result cache (proofs/cache.py) and
-# unsat / unknown checks solved (a sat check is always solved: not counted).
-_cache_counts = {"hit": 0, "solved": 0}
-# With the cache on, (SMT-LIB text, rlimit, the model as SMT-LIB assertions)
-# of every sat check of this process, in order: a row kept whole
-# (cache.row_store) keeps its own, to check them again.
-_sat_log: list[tuple[str, int, str]] = []
-
-
-def _new_solver(c: z3.Context):
-    """The solver every verdict uses: Z3's QF_NIA preprocessing, then its
-    SMT core. Not ``z3.Solver()``: for these (nonlinear integer) queries its
-    default strategy is the qfnia tactic, which runs the SMT core under a 2 s
-    wall-clock ``try_for`` and nlsat under a 3 s one, so what a check finds
-    (and spends) would depend on machine load. Nothing here has a wall-clock
-    limit; the seed is fixed."""
-    t = z3.Then(
-        z3.Tactic("simplify", ctx=c), z3.Tactic("propagate-values", ctx=c),
-        z3.Tactic("solve-eqs", ctx=c),
-        z3.With(z3.Tactic("ctx-simplify", ctx=c), max_depth=30, max_steps=5_000_000),
-        z3.With(z3.Tactic("simplify", ctx=c), pull_cheap_ite=True, local_ctx=True,
-                local_ctx_limit=10_000_000),
-        z3.Tactic("elim-uncnstr", ctx=c),
-        z3.With(z3.Tactic("simplify", ctx=c), som=True),
-        z3.With(z3.Tactic("smt", ctx=c), random_seed=0), ctx=c)
-    return t.solver()
-
-
-def _smtlib(assertions: list) -> str:
-    """The query as SMT-LIB text: a function of the query alone."""
-    s = z3.Solver()
-    s.add(*assertions)
-    return s.sexpr()
-
-
-def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None):
-    """-> (z3.sat|z3.unsat|z3.unknown, model or None). One check bounded by
-    ``rlimit`` Z3 resource units (less if ``meter`` has less left).
-
-    Z3's ``rlimit`` is per check (the limit counts from the context's count
-    when the check starts) but its counter, the statistic ``rlimit count``,
-    is cumulative per context. Each check therefore runs in a fresh
-    ``z3.Context`` (its count starts at 0: the statistic is what the check
-    spent), and the query goes there as SMT-LIB text, not by
-    ``ExprRef.translate``: translated terms depend on what the main context
-    already holds, so the same query spent different resources (and one node
-    of the case split changed answer) after other queries in the process.
-    Parsed from text, the answer and the resources spent depend on the query
-    and the Z3 version only. A model is translated back to the main context."""
-    left = meter.left() if meter is not None else None
-    limit = rlimit if left is None else min(rlimit, left)
-    if limit <= 0:  # the meter's total is spent
-        meter.exhausted += 1
-        return z3.unknown, None
-    text = _smtlib(assertions)
-    global _solver_seconds
-    hit = cache.lookup(text, limit) if cache.enabled() else None
-    if hit is not None:  # an unsat / unknown answer to this exact query and limit
-        r, used, m = {"unsat": z3.unsat, "unknown": z3.unknown}[hit[0]], hit[1], None
-        _cache_counts["hit"] += 1
-    else:
-        c = z3.Context()
-        s = _new_solver(c)
-        s.set("rlimit", limit)
-        s.from_string(text)
-        t = time.thread_time()
-        r = s.check()
-        _solver_seconds += time.thread_time() - t
-        st = s.statistics()
-        used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
-        m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
-        if r != z3.sat:
-            _cache_counts["solved"] += 1
-        if cache.enabled():
-            if r == z3.sat:
-                _sat_log.append((text, limit, _model_pins(s.model())))
-            else:
-                cache.store(text, limit, str(r), used)
-    if meter is not None:
-        meter.used += used
-        meter.checks += 1
-        meter.exhausted += r == z3.unknown and used >= limit
-    if CHECK_HOOK is not None:
-        CHECK_HOOK(limit, used, str(r))
-    return r, m
-
-
-def _model_pins(m) -> str:
-    """A model's constants as SMT-LIB assertions ``(assert (= x 3))``: with
-    them added to the query, the model is checked by evaluation (every
-    symbol of the query that the model fixes is fixed; the solver only
-    propagates)."""
-    out = []
-    for d in m.decls():
-        if d.arity() == 0:
-            out.append(f"(assert (= {z3.Const(d.name(), d.range()).sexpr()} {m[d].sexpr()}))")
-    return "\n".join(out)
-
-
-def _still_sat(text: str, limit: int, pins: str) -> bool:
-    """The kept model (``pins``) still satisfies the query: checked with its
-    values fixed (cheap), else the query is solved again."""
-    global _solver_seconds
-    for query in ((text + "\n" + pins) if pins else None, text):
-        if query is None:
-            continue
-        c = z3.Context()
-        s = _new_solver(c)
-        s.set("rlimit", limit)
-        s.from_string(query)
-        t = time.thread_time()
-        r = s.check()
-        _solver_seconds += time.thread_time() - t
-        if r == z3.sat:
-            return True
-    return False
-
-
-def _solve_split(assertions: list, splits: list, meter: Meter):
-    """-> (z3.sat|z3.unsat|z3.unknown, model). Depth-first case splitting:
-    a short try at each inner node (``NODE_RL``: a split is cheaper than
-    waiting), a long one where no split is left (``LEAF_RL``), all within
-    what is left of the ``meter``'s total."""
-    r, m = _solve(assertions, NODE_RL if splits else LEAF_RL, meter)
-    if r != z3.unknown or not splits:
-        return r, m
-    head, rest = splits[0], splits[1:]
-    for case in (head, z3.Not(head)):
-        r, m = _solve_split(assertions + [case], rest, meter)
-        if r != z3.unsat:
-            return r, m
-    return z3.unsat, None
-
-
-def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
-    """-> (z3.sat|z3.unsat|z3.unknown, model): a short try of the whole query
-    (``ROOT_RL``), then every leaf of :func:`_cube` (with :func:`_splits`
-    below it). unsat only if every leaf is unsat; the first sat leaf's model
-    otherwise. Every check draws on ``meter`` (an exhausted total leaves the
-    remaining leaves ``unknown``)."""
-    r, m = _solve(assertions, ROOT_RL, meter)
-    if r != z3.unknown:
-        return r, m
-    verdict = z3.unsat
-    for case in _cube(ctx, lifecycle):
-        r, m = _solve_split(assertions + case, _splits(ctx, lifecycle), meter)
-        if r == z3.sat:
-            return r, m
-        if r == z3.unknown:
-            verdict = z3.unknown
-    return verdict, None
-
-
-
-
-def _decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter):
-    """The query's verdict, case split, within ``CASES_RL`` resources (and
-    what the row's ``meter`` has left)."""
-    sub = Meter(CASES_RL if meter.left() is None else min(CASES_RL, meter.left()))
-    try:
-        return _solve_cases(q.premise + [q.violation], ctx, lifecycle, sub)
-    finally:
-        _charge(meter, sub)
-
-
-def _charge(meter: Meter, sub: Meter) -> None:
-    meter.used += sub.used
-    meter.checks += sub.checks
-    meter.exhausted += sub.exhausted
 
 
 def _non_vacuous(q: Query, ctx: Ctx, r, lifecycle: bool, meter: Meter) -> bool:
@@ -460,7 +266,7 @@ def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=Non
 def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     ob = OBLIGATIONS[name]
     t0 = time.perf_counter()  # reported only: no verdict depends on it
-    solver0, counts0, sats0 = _solver_seconds, dict(_cache_counts), len(_sat_log)
+    solver0, counts0, sats0 = solve._solver_seconds, dict(solve._cache_counts), len(solve._sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
     detail = ""
@@ -535,7 +341,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
                     _unknown_detail(meter) if r == z3.unknown else
                     f"induction step fails and BMC finds no counterexample within {max(BMC_DEPTHS)} steps"
                 )
-    row_sats = _sat_log[sats0:]
+    row_sats = solve._sat_log[sats0:]
     mutant, rejected = run_mutant(name, rule, model)
     # The mutant's checks count whether they ran now or were cached: the
     # row's resources do not depend on which rows ran before in the process.
@@ -543,9 +349,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     row = Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
               non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
               detail=detail, counterexample=cex, rlimit=used,
-              solver_seconds=_solver_seconds - solver0,
-              cached=(_cache_counts["solved"] == counts0["solved"]
-                      and _cache_counts["hit"] > counts0["hit"]))
+              solver_seconds=solve._solver_seconds - solver0,
+              cached=(solve._cache_counts["solved"] == counts0["solved"]
+                      and solve._cache_counts["hit"] > counts0["hit"]))
     if cache.enabled() and row.ok_apart_from_expected():
         cache.row_store((name, rule, model), {k: getattr(row, k) for k in _KEPT},
                         row_sats + _mutant_sats.get(name, []))
@@ -564,7 +370,7 @@ def cached_row(name: str, rule: str, model: str) -> Row | None:
     entry = cache.row_lookup((name, rule, model))
     if entry is None:
         return None
-    t0, solver0 = time.perf_counter(), _solver_seconds
+    t0, solver0 = time.perf_counter(), solve._solver_seconds
     try:
         if not all(_still_sat(text, int(limit), str(pins)) for text, limit, pins in entry["sat"]):
             return None
@@ -576,7 +382,7 @@ def cached_row(name: str, rule: str, model: str) -> Row | None:
                    rlimit=int(f["rlimit"]), non_vacuous=f["non_vacuous"], mutant=f["mutant"],
                    mutant_rejected=f["mutant_rejected"], detail=f["detail"],
                    counterexample=f["counterexample"],
-                   solver_seconds=_solver_seconds - solver0, cached=True)
+                   solver_seconds=solve._solver_seconds - solver0, cached=True)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -631,7 +437,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     ``_mutant_used``."""
     if name in _mutant_cache:
         return _mutant_cache[name]
-    sats0 = len(_sat_log)
+    sats0 = len(solve._sat_log)
     ob = OBLIGATIONS[name]
     mname, store_fn, params = ob.mutant.name, ob.mutant.store_fn, ob.mutant.params
     meter = Meter(ROW_RL)
@@ -656,126 +462,8 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
         rejected = depth is not None
     _mutant_cache[name] = (mname, rejected)
     _mutant_used[name] = meter.used
-    _mutant_sats[name] = _sat_log[sats0:]
+    _mutant_sats[name] = solve._sat_log[sats0:]
     return _mutant_cache[name]
-
-
-def _worker_init(parent_pid: int) -> None:
-    """A pool worker's start-up. SIGINT, SIGTERM and SIGHUP are the parent's
-    to handle (``kvreach prove`` kills the workers and writes one line; no
-    traceback per worker, no worker dying first and breaking the pool under
-    the parent's feet), and on Linux the worker is killed when the parent
-    dies however it dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so no worker
-    outlives the run."""
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_IGN)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's kill only
-        return
-    if os.getppid() != parent_pid:  # the parent died before the prctl
-        os._exit(1)
-
-
-def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None):
-    """Yield one Row per (obligation, rule, load model), invariants first."""
-    if obligation is not None and obligation not in OBLIGATIONS:
-        from kvreach.params import ParamError
-
-        raise ParamError("obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
-    if rule is not None:
-        check_rule(rule)
-    if model is not None:
-        check_load_model(model)
-    table = expected_table()
-    todo = list(rows_for(obligation, rule, model))
-    rules = RULES if rule is None else (rule,)
-    # Lifecycle proofs rest on their rule's invariant. Every row runs at once,
-    # as if each invariant held; a proof whose invariant then fails is
-    # reported unknown (_rest_on), so no row waits for the invariant rows.
-    # only the invariants a selected row needs (or that are selected)
-    needed = {r for name, r, _ in todo
-              if (OBLIGATIONS[name].rests_on_invariant or OBLIGATIONS[name].role is Role.INVARIANT)
-              and r in rules}
-    invs = [(inv.name, r, "any") for inv in INVARIANTS for r in rules if r in needed]
-    rest = [key for key in run_order(todo) if key not in invs]
-    assume = {r: True for r in rules}
-    keys = invs + rest
-    # proved rows of an unchanged source, their sat checks solved again
-    hits = {i: row for i, key in enumerate(keys)
-            if (row := cached_row(*key) if cache.enabled() else None) is not None}
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(keys) - len(hits)))
-    pool = None
-    if jobs == 1:
-        def get(i: int) -> Row:
-            return hits[i] if i in hits else run_row(*keys[i], {} if i < len(invs) else assume)
-    else:
-        # One solver process per core; largest first (longest-processing-time
-        # order, :func:`schedule`), results still reported in table order.
-        # Processes are reused: a fresh process per row (max_tasks_per_child=1)
-        # made the resources schedule-independent (docs/conformance.md) but a
-        # child spawned during Ctrl-C does not ignore SIGINT yet and breaks
-        # the pool, so it is not used.
-        # The workers are spawned (by the submits) with SIGINT, SIGTERM and
-        # SIGHUP blocked, a mask they inherit: a signal during a worker's
-        # start-up (before its initializer) is not a traceback in it. Here the
-        # signals stay pending (or go to another thread, ``kvreach prove``'s
-        # watcher) until the mask is restored.
-        # The resource tracker is started first: starting it unblocks SIGINT
-        # and SIGTERM (multiprocessing.resource_tracker.ensure_running).
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
-        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-        try:
-            pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=_worker_init, initargs=(os.getpid(),))
-            futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
-                    for i in schedule(keys) if i not in hits}
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-        def get(i: int) -> Row:
-            return hits[i] if i in hits else futs[i].result()
-    inv_rows = [get(i) for i in range(len(invs))]
-    results = (get(len(invs) + i) for i in range(len(rest)))
-    try:
-        invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
-        for row in inv_rows:
-            key = (row.obligation, row.rule, row.load_model)
-            if key in todo:
-                row.expected = table.get(key, "?")
-                if progress:
-                    progress(row)
-                yield row
-        for row in results:
-            _rest_on(row, invariant_ok)
-            row.expected = table.get((row.obligation, row.rule, row.load_model), "?")
-            if progress:
-                progress(row)
-            yield row
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-
-
-def schedule(keys: list[tuple[str, str, str]], measured: dict | None = None) -> list[int]:
-    """The order the pool starts ``keys`` in (indices): the invariant rows
-    first (every lifecycle row's report waits for them), then the rows the
-    committed run (:func:`kvreach.proofs.config.measured_rlimits`) does not
-    have (new: their cost is unknown), then the largest ``rlimit`` first;
-    ties in table order."""
-    measured = measured_rlimits() if measured is None else measured
-
-    def rank(i: int):
-        key = keys[i]
-        ob = OBLIGATIONS.get(key[0])
-        return (ob is None or ob.role is not Role.INVARIANT, key in measured,
-                -measured.get(key, 0), i)
-    return sorted(range(len(keys)), key=rank)
 
 
 def _rest_on(row: Row, invariant_ok: dict) -> None:

@@ -345,6 +345,14 @@ def test_layering():
            "a scenario is parameters run through impl")
     forbid(lambda m: m == "kvreach.proofs.results", lambda m: True,
            "the run's file formats are read and written without the rest")
+    # the solver layer -> the rows -> the run
+    forbid(lambda m: m == "kvreach.proofs.solve",
+           lambda m: _in(m, "kvreach.proofs") and m not in (
+               "kvreach.proofs", "kvreach.proofs.cache", "kvreach.proofs.config",
+               "kvreach.proofs.framework"),
+           "the solver layer knows no obligation, row or run")
+    forbid(lambda m: _in(m, "kvreach.proofs") and m != "kvreach.proofs.pool",
+           lambda m: m == "kvreach.proofs.pool", "the run is above the rows it runs")
     forbid(lambda m: m == "kvreach.plot", lambda m: m != "kvreach.params",
            "plot draws traces it is given")
     forbid(lambda m: m == "kvreach.diagram", lambda m: not _in(m, "kvreach.spec"),

@@ -2,7 +2,7 @@
 
 - a row's verdict and the resources it spends are the same whether it runs
   alone in this process, after other rows here, or in a spawned pool process
-  (as ``runner.run(jobs=2)`` runs it);
+  (as ``pool.run(jobs=2)`` runs it);
 - a budget too small for a row gives ``unknown``, a row that is not ok and a
   failing ``kvreach prove``: an exhausted budget is never a pass.
 """
@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typer.testing import CliRunner
 
 from kvreach.cli import app
-from kvreach.proofs import runner
+from kvreach.proofs import runner, solve
 
 INVARIANT_OK = {"vllm-0.29": True, "vllm-0.33": True}
 FAST = ("exactly-once", "vllm-0.33", "any")  # lifecycle, case split, ~0.5 s
@@ -40,8 +40,12 @@ def test_same_verdict_and_resources_in_process_and_in_the_pool(monkeypatch):
 
 
 def _tiny_budgets(monkeypatch):
-    for name in ("CHECK_RL", "ROOT_RL", "NODE_RL", "LEAF_RL"):
-        monkeypatch.setattr(runner, name, 200)
+    # each budget where it is read: the rows' checks (runner), the case
+    # splits (solve)
+    for module, names in ((runner, ("CHECK_RL", "NODE_RL", "LEAF_RL")),
+                          (solve, ("ROOT_RL", "NODE_RL", "LEAF_RL"))):
+        for name in names:
+            monkeypatch.setattr(module, name, 200)
     _fresh_caches(monkeypatch)
 
 

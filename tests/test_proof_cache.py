@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import z3
 
-from kvreach.proofs import cache, runner
+from kvreach.proofs import cache, pool, runner, solve
 
 KVREACH = shutil.which("kvreach", path=str(Path(sys.executable).parent)) or "kvreach"
 
@@ -37,11 +37,11 @@ def _entries() -> list[Path]:
     return sorted(cache.cache_dir().rglob("*.json"))
 
 
-def _solved(assertions, rlimit=runner.CHECK_RL):
-    before = dict(runner._cache_counts)
-    r, m = runner._solve(assertions, rlimit, meter := runner.Meter())
-    return (str(r), meter.used, runner._cache_counts["solved"] - before["solved"],
-            runner._cache_counts["hit"] - before["hit"])
+def _solved(assertions, rlimit=solve.CHECK_RL):
+    before = dict(solve._cache_counts)
+    r, m = solve._solve(assertions, rlimit, meter := solve.Meter())
+    return (str(r), meter.used, solve._cache_counts["solved"] - before["solved"],
+            solve._cache_counts["hit"] - before["hit"])
 
 
 def _facts(row):
@@ -68,7 +68,7 @@ def test_a_changed_query_or_limit_misses(on):
     r, used, solved, hit = _solved([x > 0, x < 0])
     assert (r, solved, hit) == ("unsat", 0, 1)
     assert _solved([x > 0, x < -1])[2] == 1  # another query
-    assert _solved([x > 0, x < 0], rlimit=runner.CHECK_RL - 1)[2] == 1  # another limit
+    assert _solved([x > 0, x < 0], rlimit=solve.CHECK_RL - 1)[2] == 1  # another limit
 
 
 def test_a_sat_answer_is_never_taken_from_the_cache(on):
@@ -154,16 +154,16 @@ def _rows_dir() -> Path:
 
 def _run(name: str) -> list:
     _fresh_process_state()
-    return list(runner.run(name, jobs=1))
+    return list(pool.run(name, jobs=1))
 
 
 def _count_run_row(monkeypatch) -> list:
-    ran, real = [], runner.run_row
+    ran, real = [], pool.run_row
 
     def counted(name, rule, model, inv):
         ran.append((name, rule, model))
         return real(name, rule, model, inv)
-    monkeypatch.setattr(runner, "run_row", counted)
+    monkeypatch.setattr(pool, "run_row", counted)
     return ran
 
 

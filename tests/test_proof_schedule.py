@@ -1,4 +1,4 @@
-"""The pool's order (runner.schedule): the invariant rows first, then the
+"""The pool's order (pool.schedule): the invariant rows first, then the
 rows the committed run does not have, then the largest recorded rlimit
 first; the recorded figures are read from docs/proof-results.json."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvreach.proofs import config, runner
+from kvreach.proofs import config, pool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ def test_largest_recorded_rlimit_first_unrecorded_before_invariants_first():
             ("c", "r", "m")]
     measured = {("a", "r", "m"): 5, ("b", "r", "m"): 50, ("c", "r", "m"): 7,
                 ("invariant", "r", "any"): 1}
-    assert [keys[i][0] for i in runner.schedule(keys, measured)] == \
+    assert [keys[i][0] for i in pool.schedule(keys, measured)] == \
         ["invariant", "new", "b", "c", "a"]
 
 
@@ -33,4 +33,4 @@ def test_an_unreadable_record_schedules_in_table_order(tmp_path):
     assert config.measured_rlimits(tmp_path / "bad.json") == {}
     assert config.measured_rlimits(tmp_path / "missing.json") == {}
     keys = [("b", "r", "m"), ("a", "r", "m")]
-    assert runner.schedule(keys, {}) == [0, 1]
+    assert pool.schedule(keys, {}) == [0, 1]

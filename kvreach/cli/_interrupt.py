@@ -12,7 +12,7 @@ Z3 (ctypes releases the GIL), so the thread wakes at once, kills every
 ``os._exit``. Z3's own Ctrl-C handling (which would turn the interrupt
 into an ``unknown`` verdict and carry on) is switched off. The pool's
 workers ignore the three signals (the parent ends them) and die with the
-parent when it is killed outright (``kvreach.proofs.runner``'s pool).
+parent when it is killed outright (``kvreach.proofs.pool``).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def prove(
                            "queries (the cache is also off when CI=true)")] = False,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
-    from kvreach.proofs import results, runner
+    from kvreach.proofs import pool, results, runner
 
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
@@ -58,7 +58,7 @@ def prove(
     previous = os.environ.get(cache.ENV)
     os.environ[cache.ENV] = "0" if no_cache else "1"
     todo = list(runner.rows_for(obligation, rule, load_model))
-    order = run_order(todo)  # the order runner.run yields them in
+    order = run_order(todo)  # the order pool.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
     out, err = (_err() if to_stdout else _out()), _err()
     rows: list = []
@@ -68,7 +68,7 @@ def prove(
                     f"{time.perf_counter() - t0:.1f} s; nothing written")
     with ExitOnInterrupt(stop, before_exit=lambda: err.show_cursor(True)):
         try:
-            for row in _rows_with_progress(runner.run(obligation, rule, load_model), order, err, t0):
+            for row in _rows_with_progress(pool.run(obligation, rule, load_model), order, err, t0):
                 rows.append(row)
         except ParamError as e:
             raise _from_param_error(e) from None
