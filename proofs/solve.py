@@ -99,19 +99,12 @@ def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None)
         meter.exhausted += 1
         return z3.unknown, None
     text = _smtlib(assertions)
-    global _solver_seconds
     hit = cache.lookup(text, limit) if cache.enabled() else None
     if hit is not None:  # an unsat / unknown answer to this exact query and limit
         r, used, m = {"unsat": z3.unsat, "unknown": z3.unknown}[hit[0]], hit[1], None
         _cache_counts["hit"] += 1
     else:
-        c = z3.Context()
-        s = _new_solver(c)
-        s.set("rlimit", limit)
-        s.from_string(text)
-        t = time.thread_time()
-        r = s.check()
-        _solver_seconds += time.thread_time() - t
+        r, s = _check_text(text, limit)
         st = s.statistics()
         used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
         m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
@@ -146,20 +139,24 @@ def _model_pins(m) -> str:
 def _still_sat(text: str, limit: int, pins: str) -> bool:
     """The kept model (``pins``) still satisfies the query: checked with its
     values fixed (cheap), else the query is solved again."""
-    global _solver_seconds
     for query in ((text + "\n" + pins) if pins else None, text):
-        if query is None:
-            continue
-        c = z3.Context()
-        s = _new_solver(c)
-        s.set("rlimit", limit)
-        s.from_string(query)
-        t = time.thread_time()
-        r = s.check()
-        _solver_seconds += time.thread_time() - t
-        if r == z3.sat:
+        if query is not None and _check_text(query, limit)[0] == z3.sat:
             return True
     return False
+
+
+def _check_text(text: str, limit: int):
+    """-> (result, solver): one check of the SMT-LIB ``text`` in a fresh
+    context within ``limit`` resource units; its CPU time is added to
+    ``_solver_seconds``."""
+    global _solver_seconds
+    s = _new_solver(z3.Context())
+    s.set("rlimit", limit)
+    s.from_string(text)
+    t = time.thread_time()
+    r = s.check()
+    _solver_seconds += time.thread_time() - t
+    return r, s
 
 
 def _solve_split(assertions: list, splits: list, meter: Meter):
