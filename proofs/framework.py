@@ -13,6 +13,7 @@ from typing import Callable
 
 import z3
 
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig
 
 
@@ -44,10 +45,13 @@ class Ctx:
     # the lookup variant the later request(s) look up under
     # (``spec.lookup.LOOKUP_VARIANTS``), fixed when the context is made
     lookup_variant: str = "vllm-0.33"
+    # the vLLM release (``kvreach.releases``) whose parts the spec applies
+    # (lookup, mask window, world "vllm"'s cursor and null filter)
+    release: Release = DEFAULT_RELEASE
 
     def __post_init__(self) -> None:
-        if self.lk.variant != self.lookup_variant:
-            self.lk = replace(self.lk, variant=self.lookup_variant)
+        if self.lk.variant != self.lookup_variant or self.lk.release is not self.release:
+            self.lk = replace(self.lk, variant=self.lookup_variant, release=self.release)
 
     def base(self) -> list:
         return [self.s.well_formed(), self.budget >= 1, *self.pins]

@@ -37,6 +37,7 @@ from typing import Callable
 
 import z3
 
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig, _max, _min
 
 Pred = Callable[[z3.ArithRef], z3.BoolRef]
@@ -213,7 +214,9 @@ class LookupSym:
     W, extra: ``sliding_window``, ``extra_retained_tokens``; eagle: the SWA
     group is an EAGLE/MTP draft group;
     num_tokens, local_hit_tokens, has_max_load / max_load_tokens: the later request;
-    variant: the lookup variant (:data:`LOOKUP_VARIANTS`, not symbolic).
+    variant: the lookup variant (:data:`LOOKUP_VARIANTS`, not symbolic);
+    release: the vLLM release whose lookup parts apply (``kvreach.releases``,
+    not symbolic; default 0.33.0).
     """
 
     has_full: z3.BoolRef
@@ -228,9 +231,11 @@ class LookupSym:
     has_max_load: z3.BoolRef
     max_load_tokens: z3.ArithRef
     variant: str = "vllm-0.33"
+    release: Release = DEFAULT_RELEASE
 
     @staticmethod
-    def fresh(prefix: str = "lk_", variant: str = "vllm-0.33") -> "LookupSym":
+    def fresh(prefix: str = "lk_", variant: str = "vllm-0.33",
+              release: Release = DEFAULT_RELEASE) -> "LookupSym":
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
         return LookupSym(
@@ -239,7 +244,7 @@ class LookupSym:
             extra=I("extra_retained_tokens"), eagle=Bo("eagle"),
             num_tokens=I("num_tokens"), local_hit_tokens=I("local_hit_tokens"),
             has_max_load=Bo("has_max_load"), max_load_tokens=I("max_load_tokens"),
-            variant=variant,
+            variant=variant, release=release,
         )
 
     @property
