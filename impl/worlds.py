@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvreach.impl.lifecycle import Trace
-from kvreach.impl.lookup import LaterRequest, LookupGroup, LookupOutcome, StoreContent, lookup
+from kvreach.impl.lookup import (VLLM_0_33, Answer, LaterRequest, LookupGroup, LookupOutcome,
+                                 LookupParts, StoreContent, lookup)
 from kvreach.params import MAX_INT, MAX_TOKENS, ParamError
 
 
@@ -34,6 +35,15 @@ class LaterLookup:
     stored: tuple[tuple[int, ...], ...]  # per group, the earlier request's stores
     rule: LookupOutcome
     dense: LookupOutcome
+    content: StoreContent = StoreContent()  # the rule's stores as the manager answers
+
+    @property
+    def unchecked(self) -> tuple[tuple[int, ...], ...]:
+        """Per group: chunks the rule's load asks ``prepare_load`` for that
+        the lookup never had answered HIT (vLLM 0.29.0's and 0.30.0's
+        lookups can load such chunks: docs/versions.md)."""
+        return tuple(tuple(c for c in r if self.content.answer(gi, c) is not Answer.HIT)
+                     for gi, r in enumerate(self.rule.loaded))
 
     @property
     def missing(self) -> tuple[tuple[int, ...], ...]:
@@ -56,9 +66,9 @@ class LaterLookup:
                  "window_chunks": g.window_chunks,
                  "stored_chunks": len(st), "loaded": [r.start, r.stop] if len(r) else [],
                  "dense_loaded": [d.start, d.stop] if len(d) else [],
-                 "missing_chunks": list(m)}
-                for g, st, r, d, m in zip(self.groups, self.stored, self.rule.loaded,
-                                          self.dense.loaded, self.missing)
+                 "missing_chunks": list(m), "unchecked_chunks": list(u)}
+                for g, st, r, d, m, u in zip(self.groups, self.stored, self.rule.loaded,
+                                             self.dense.loaded, self.missing, self.unchecked)
             ],
         }
 
@@ -92,9 +102,16 @@ def single_request_content(groups, chunks_per_group, shared_tokens: int) -> Stor
 
 def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: int,
                  diverges_at: int | None = None, local_hit_tokens: int = 0,
-                 max_load_tokens: int | None = None) -> LaterLookup:
+                 max_load_tokens: int | None = None, *,
+                 parts: LookupParts = VLLM_0_33,
+                 evicted: tuple[tuple[int, ...], ...] = ()) -> LaterLookup:
     """A later request of ``later_prompt`` tokens sharing the earlier
-    request's prompt up to ``diverges_at`` (default: all of it) looks up."""
+    request's prompt up to ``diverges_at`` (default: all of it) looks up;
+    ``parts`` (and the groups' window parts): the release's lookup
+    (``kvreach.impl.release``). ``evicted``: per group (in ``groups``'
+    order), chunks the tier no longer holds when the later request looks up
+    (the manager's LRU eviction), a MISS under the rule's stores and under
+    dense ones."""
     if not 1 <= later_prompt <= MAX_TOKENS:
         raise ParamError("later_prompt", later_prompt,
                          f"an integer between 1 and {MAX_TOKENS:,} (kvreach's limit)")
@@ -114,8 +131,17 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
     if local_hit_tokens > shared:
         raise ParamError("later_local_hit", local_hit_tokens,
                          f"at most the shared prefix ({shared} tokens): a GPU hit is a shared prefix")
+    if len(evicted) > len(groups):
+        raise ParamError("evicted", evicted, f"chunks of at most {len(groups)} group(s)")
     req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens)
     stored = stored_chunks(groups, trace)
-    rule = lookup(groups, req, single_request_content(groups, stored, shared))
-    dense = lookup(groups, req, single_request_content(groups, dense_chunks(groups, trace), shared))
-    return LaterLookup(groups, req, shared, stored, rule, dense)
+    gone = [set(e) for e in evicted] + [set() for _ in groups[len(evicted):]]
+
+    def held(chunks_per_group):
+        return [[c for c in cs if c not in out] for cs, out in zip(chunks_per_group, gone)]
+
+    content = single_request_content(groups, held(stored), shared)
+    rule = lookup(groups, req, content, parts=parts)
+    dense = lookup(groups, req, single_request_content(
+        groups, held(dense_chunks(groups, trace)), shared), parts=parts)
+    return LaterLookup(groups, req, shared, stored, rule, dense, content)

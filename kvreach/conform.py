@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from kvreach.impl import lookup as lk
+from kvreach.impl import release as release_params
 from kvreach.impl import release_rules as rel
 from kvreach.impl import mask
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv
@@ -316,15 +317,10 @@ def _answers(rnd: random.Random, n: int, p_hit: float = 0.75) -> list[lk.Answer]
 
 def _lookup_group(g_tokens: int, bpc: int, W: int | None, extra: int, eagle: bool,
                   r: Release) -> lk.LookupGroup:
-    return lk.LookupGroup(g_tokens, bpc, W, extra, eagle,
-                          window_extra=r.lookup_window_extra,
-                          padded_initial_window=r.padded_initial_window)
+    return release_params.lookup_group(r, g_tokens, bpc, W, extra, eagle)
 
 
-def _lookup_parts(r: Release) -> lk.LookupParts:
-    return lk.LookupParts(pending=r.pending, eagle_widening=r.eagle_widening,
-                          max_num_new_tokens=r.max_num_new_tokens,
-                          max_load_tokens=r.max_load_tokens)
+_lookup_parts = release_params.lookup_parts
 
 
 class _Manager:

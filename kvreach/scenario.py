@@ -2,10 +2,10 @@
 it (option names: a full-attention block size, not an alignment), and
 running it through the executable rule.
 
-Sits between the parameters and the CLI: imports ``kvreach.params`` and
-``kvreach.impl.lifecycle`` only. The alignment comes from
-:func:`kvreach.params.alignment_tokens`, the rule ``tests/vllm`` checks
-against vLLM's own ``SchedulerOffloadConfig.from_spec``.
+Sits between the parameters and the CLI: imports ``kvreach.params``, the
+release records (``kvreach.releases``, data) and ``kvreach.impl`` only. The
+alignment comes from :func:`kvreach.params.alignment_tokens`, the rule
+``tests/vllm`` checks against vLLM's own ``SchedulerOffloadConfig.from_spec``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kvreach.params import (MAX_CHUNKS, MAX_INT, MAX_STEPS, MAX_TOKENS, GroupConfig, ParamError,
                             RequestConfig, alignment_tokens)
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 
 if TYPE_CHECKING:
     from kvreach.impl.lifecycle import Trace
@@ -109,23 +110,27 @@ def check_limits(s: Scenario) -> None:
                          "(kvreach's limit)")
 
 
-def lookup_groups(s: Scenario) -> tuple:
-    """The scenario's KV-cache groups as the offload lookup sees them: the
-    full-attention group (if any), then the SWA group."""
-    from kvreach.impl.lookup import LookupGroup
+def lookup_groups(s: Scenario, release: Release = DEFAULT_RELEASE) -> tuple:
+    """The scenario's KV-cache groups as ``release``'s offload lookup sees
+    them (``kvreach.impl.release.lookup_group``): the full-attention group
+    (if any), then the SWA group."""
+    from kvreach.impl.release import lookup_group
 
     full = () if s.full_block_size is None else (
-        LookupGroup(s.full_block_size * s.dcp, s.blocks_per_chunk),)
-    return full + (LookupGroup(s.swa_block_size * s.dcp, s.blocks_per_chunk,
-                               window_tokens=s.window,
-                               extra_retained_tokens=s.extra_retained_tokens, eagle=s.eagle),)
+        lookup_group(release, s.full_block_size * s.dcp, s.blocks_per_chunk),)
+    return full + (lookup_group(release, s.swa_block_size * s.dcp, s.blocks_per_chunk,
+                                window_tokens=s.window,
+                                extra_retained_tokens=s.extra_retained_tokens, eagle=s.eagle),)
 
 
-def run_scenario(rule: str, s: Scenario) -> Trace:
+def run_scenario(rule: str | Release, s: Scenario) -> Trace:
     """Validate ``s`` (``ParamError`` naming the Scenario field, or the
     ``GroupConfig`` / ``RequestConfig`` / ``Lifecycle`` parameter) and drive
-    it through the executable rule ``rule``."""
+    it through the executable rule ``rule`` (a rule name of
+    ``kvreach.params.RULES``), or through a release's store side when
+    ``rule`` is a release record (``kvreach.impl.release.run``)."""
     from kvreach.impl.lifecycle import Lifecycle, run  # only when a scenario runs
+    from kvreach.impl import release as release_params
 
     check_limits(s)
     g = GroupConfig(
@@ -136,4 +141,6 @@ def run_scenario(rule: str, s: Scenario) -> Trace:
     req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
     lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,
                    async_scheduling=s.async_scheduling)
+    if isinstance(rule, Release):
+        return release_params.run(rule, g, req, lc)
     return run(rule, g, req, lc)

@@ -26,6 +26,7 @@ from kvreach.conform import MAX_CASES
 from kvreach.params import LOAD_MODELS, MAX_INT, MAX_TOKENS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.scenarios import PR_54362, example_flags
+from kvreach.releases import RELEASES
 
 from _calls import invoke_counted
 
@@ -53,7 +54,7 @@ MINIMUM = {
 LIMIT = {"--prompt": MAX_TOKENS, "--decode": MAX_TOKENS, "--later-prompt": MAX_TOKENS,
          "--cases": MAX_CASES}
 CHOICES = {"--rule": RULES, "--load-model": LOAD_MODELS, "--obligation": tuple(OBLIGATIONS),
-           "--compare": RULES}
+           "--compare": RULES, "--vllm": tuple(v for r in RELEASES for v in r.names)}
 
 
 def base(command: str, tmp: Path) -> list[str]:

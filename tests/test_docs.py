@@ -341,8 +341,8 @@ def test_layering():
     forbid(lambda m: _in(m, "kvreach.proofs") and m != "kvreach.proofs.catalog",
            lambda m: m == "kvreach.proofs.catalog", "catalog is read by the CLI only")
     forbid(lambda m: m == "kvreach.scenario",
-           lambda m: not _in(m, "kvreach.params", "kvreach.impl"),
-           "a scenario is parameters run through impl")
+           lambda m: not _in(m, "kvreach.params", "kvreach.releases", "kvreach.impl"),
+           "a scenario is parameters (and a release record) run through impl")
     forbid(lambda m: m == "kvreach.proofs.results", lambda m: True,
            "the run's file formats are read and written without the rest")
     # the solver layer -> the rows -> the run
@@ -368,7 +368,7 @@ def test_layering():
 def test_layering_within_spec_and_impl_is_one_way():
     """config -> load, mask, lookup -> rules -> lifecycle -> evaluate;
     contracts -> load, lookup -> oracles -> mask -> rules, monitor -> lifecycle,
-    release_rules, worlds; the connector: metrics -> vllm_copy; options, groups ->
+    release_rules, worlds, release; the connector: metrics -> vllm_copy; options, groups ->
     scheduler -> connector -> vllm_connector (the configured path). A module
     imports only modules ranked below it."""
     rank = {
@@ -379,7 +379,7 @@ def test_layering_within_spec_and_impl_is_one_way():
         "kvreach.impl.oracles": 2, "kvreach.impl.mask": 3,
         "kvreach.impl.rules": 4, "kvreach.impl.monitor": 4,
         "kvreach.impl.lifecycle": 5, "kvreach.impl.worlds": 6,
-        "kvreach.impl.release_rules": 5,
+        "kvreach.impl.release_rules": 5, "kvreach.impl.release": 6,
         "kvreach.impl.vllm": 0, "kvreach.impl.vllm.metrics": 0, "kvreach.impl.vllm.vllm_copy": 1,
         "kvreach.impl.vllm.options": 5, "kvreach.impl.vllm.groups": 5,
         "kvreach.impl.vllm.scheduler": 6, "kvreach.impl.vllm.connector": 7,

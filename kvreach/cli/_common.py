@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import Abort as _Abort
 
 from kvreach.params import LOAD_MODELS, RULES, ParamError
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, RELEASES, Release, release
 
 
 # ParamError.param (library names) -> the CLI flag that sets it.
@@ -260,6 +261,24 @@ RuleOpt = Annotated[Optional[str], typer.Option("--rule", help="one of " + ", ".
 ModelOpt = Annotated[
     Optional[str], typer.Option("--load-model", help="one of " + ", ".join(LOAD_MODELS))
 ]
+
+
+VLLM_VERSIONS = tuple(v for r in RELEASES for v in r.names)
+
+VllmOpt = Annotated[Optional[str], typer.Option(
+    "--vllm", metavar="X",
+    help=f"the vLLM release ({', '.join(VLLM_VERSIONS)}; default {DEFAULT_RELEASE.names[0]})")]
+
+
+def _release(value: str | None) -> Release:
+    """The record of ``--vllm`` (default 0.33.0); a one-line error naming
+    the known versions for any other value."""
+    if value is None:
+        return DEFAULT_RELEASE
+    try:
+        return release(value)
+    except ValueError:
+        raise CliError("--vllm", value, "one of " + ", ".join(VLLM_VERSIONS)) from None
 
 
 RepoOpt = Annotated[Optional[Path], typer.Option(

@@ -1,7 +1,10 @@
 """``kvreach lookup``: the request of the scenario options stores its chunks
-under a rule; then a later request looks up, as vLLM 0.33.0's offload lookup
-does it (``kvreach.impl.lookup``), against those stores and against dense ones
-(every offloadable chunk), in the single-request world (``kvreach.impl.worlds``)."""
+under a store side; then a later request looks up, as vLLM release X's
+offload lookup does it (``--vllm X``, default 0.33.0; ``kvreach.impl.lookup``
+with the release's parts, ``kvreach.impl.release``), against those stores and
+against dense ones (every offloadable chunk), in the single-request world
+(``kvreach.impl.worlds``). The store side is the release's own, or kvreach's
+rule ``--rule R`` scored against the release's lookup."""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import _check_choice, _from_param_error, _out
+from kvreach.cli._common import (CliError, VllmOpt, _check_choice, _from_param_error, _out,
+                                 _release)
 from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import _config_line, write_json, ranges
-from kvreach.params import RULES, ParamError, check_load_model, check_rule
+from kvreach.cli.render import _config_line, lookup_side, ranges, store_side, write_json
+from kvreach.params import MAX_CHUNKS, RULES, ParamError, check_load_model, check_rule
 from kvreach.scenario import Scenario, lookup_groups
 
 LATER_FLAGS = {
@@ -25,8 +29,10 @@ LATER_FLAGS = {
 
 @_scenario_command
 def lookup(
-    rule: Annotated[str, typer.Option("--rule", help="the store rule of the earlier request: "
-                                      + ", ".join(RULES))],
+    rule: Annotated[Optional[str], typer.Option(
+        "--rule", help="the earlier request's store rule, one of kvreach's "
+        + ", ".join(RULES) + " (default: --vllm's own store side)")] = None,
+    vllm: VllmOpt = None,
     *,
     later_prompt: Annotated[Optional[int], typer.Option(
         "--later-prompt", help="the later request's tokens: the stored prompt cut to N, "
@@ -37,28 +43,44 @@ def lookup(
         "--later-local-hit", help="its GPU prefix-cache hit (tokens, block-aligned)")] = 0,
     later_max_load_tokens: Annotated[Optional[int], typer.Option(
         "--later-max-load-tokens", help="its kv_transfer_params max_load_tokens")] = None,
+    later_evicted: Annotated[Optional[list[str]], typer.Option(
+        "--later-evicted", metavar="GROUP:CHUNKS",
+        help="chunks the tier evicted before the later lookup, e.g. swa:3 or full:10-11 "
+             "(repeatable; a MISS under the rule's and dense stores)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     scenario: Scenario,
 ) -> None:
-    """The later request's offload hit under the rule's stores and under dense stores."""
+    """The later request's offload hit, as vLLM X's lookup finds it (--vllm X,
+    default 0.33.0), under the earlier request's stores (X's own store side,
+    or kvreach's rule --rule R) and under dense stores."""
+    from kvreach.impl.release import lookup_parts
     from kvreach.impl.worlds import later_lookup
 
     _check_choice("--rule", rule, check_rule)
+    release = _release(vllm)
     _check_choice("--load-model", scenario.load_model, check_load_model)
-    trace = _run_scenario(rule, scenario)
+    groups = lookup_groups(scenario, release)
+    evicted = _evicted(later_evicted or [], groups)
+    trace = _run_scenario(release if rule is None else rule, scenario)
     try:
         n = scenario.prompt if later_prompt is None else later_prompt
-        r = later_lookup(lookup_groups(scenario), trace, n, later_diverges_at,
-                         later_local_hit, later_max_load_tokens)
+        r = later_lookup(groups, trace, n, later_diverges_at, later_local_hit,
+                         later_max_load_tokens, parts=lookup_parts(release), evicted=evicted)
     except ParamError as e:
         raise _from_param_error(e, LATER_FLAGS) from None
-    doc = {"config": scenario.config(rule)} | r.to_json()
+    version = vllm or release.names[-1]
+    doc = {"config": scenario.config(trace.rule) | {
+        "vllm": version, "store_side": "vllm" if rule is None else "rule",
+        "later_evicted": [list(e) for e in evicted]}} | r.to_json()
     if as_json:
         write_json(doc, sys.stdout.write)
         return
     out = _out()
     tj = trace.to_json()
-    out.print(f"[bold]rule[/] {rule}", soft_wrap=True)
+    stores = (f"vLLM {version}'s ({store_side(release)[len('its store side: '):]})"
+              if rule is None else "kvreach's rule")
+    out.print(f"[bold]rule[/] {trace.rule}: {stores}; [bold]lookup[/] vLLM {version}'s "
+              f"({lookup_side(release)})", soft_wrap=True)
     out.print("earlier request: " + _config_line(tj["group"], tj["request"], tj["lifecycle"]),
               markup=False, soft_wrap=True)
     out.print(f"later request: {doc['later_prompt']} tokens, shares {doc['shared_tokens']} with "
@@ -72,4 +94,30 @@ def lookup(
                 if g["kind"] == "swa" else "full-attention group")
         out.print(f"{what}: stored {g['stored_chunks']} chunks; loads {span(g['loaded'])}, "
                   f"dense loads {span(g['dense_loaded'])}; asked for, not stored: "
-                  f"{ranges(g['missing_chunks'])}", markup=False, soft_wrap=True)
+                  f"{ranges(g['missing_chunks'])}"
+                  + (f"; loads, never answered HIT: {ranges(g['unchecked_chunks'])}"
+                     if g["unchecked_chunks"] else ""), markup=False, soft_wrap=True)
+
+
+def _evicted(values: list[str], groups: tuple) -> tuple[tuple[int, ...], ...]:
+    """``--later-evicted`` values (``swa:3``, ``full:10-11``) as chunks per group."""
+    out: list[set[int]] = [set() for _ in groups]
+    kinds = {"full": [i for i, g in enumerate(groups) if not g.is_swa],
+             "swa": [i for i, g in enumerate(groups) if g.is_swa]}
+    for v in values:
+        kind, sep, chunks = v.partition(":")
+        lo, dash, hi = chunks.partition("-")
+        ok = (sep and kind in kinds and lo.isdigit() and (not dash or hi.isdigit())
+              and (not dash or int(lo) <= int(hi)))
+        if not ok:
+            raise CliError("--later-evicted", v, "GROUP:CHUNK or GROUP:LO-HI, GROUP full or swa "
+                           "and chunk indices (e.g. swa:3, full:10-11)")
+        if not kinds[kind]:
+            raise CliError("--later-evicted", v, f"a group the scenario has (no {kind} group: "
+                           + "give --full-block-size)")
+        first, last = int(lo), int(hi if dash else lo)
+        if last - first >= MAX_CHUNKS:
+            raise CliError("--later-evicted", v, f"at most {MAX_CHUNKS:,} chunks per range")
+        for gi in kinds[kind]:
+            out[gi].update(range(first, last + 1))
+    return tuple(tuple(sorted(e)) for e in out)

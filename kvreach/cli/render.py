@@ -386,3 +386,23 @@ def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
                       f"wasted {ranges(end.chunks(WASTED))}, missed {ranges(end.chunks(MISSED))}",
                       markup=False, soft_wrap=True)
     console.print(f"wrote {png} and {svg}", markup=False, soft_wrap=True)
+
+
+def store_side(r) -> str:
+    """What release record ``r``'s store side is, in a few words (the
+    ``kvreach.releases.Release`` parts the single-request lifecycle runs)."""
+    if r.store_rule == "vllm-0.29":
+        return ("its store side: the pre-fix rule vllm-0.29, window cdiv(W, C), the EAGLE "
+                "tail never stored, finish up to num_tokens")
+    if not r.mask_window_extra:
+        return "its store side: rule vllm-0.33, the mask window without extra_retained_tokens"
+    return "its store side: rule vllm-0.33"
+
+
+def lookup_side(r) -> str:
+    """What release record ``r``'s lookup is, in a few words."""
+    if not r.padded_initial_window:
+        return "runs of cdiv(W, C) chunks, no padded initial window"
+    if not r.lookup_window_extra:
+        return "the window without extra_retained_tokens"
+    return "the window with extra_retained_tokens"

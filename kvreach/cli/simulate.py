@@ -1,32 +1,44 @@
-"""``kvreach simulate``: one scenario through the executable store rule,
-every step shown (or ``--json``)."""
+"""``kvreach simulate``: one scenario through a store side, a vLLM
+release's (``--vllm``) or one of kvreach's rules (``--rule``), every step
+shown (or ``--json``)."""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import _check_choice, _out
+from kvreach.cli._common import CliError, VllmOpt, _check_choice, _out, _release
 from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import _config_line, write_json, _print_steps, _sets_summary
+from kvreach.cli.render import _config_line, write_json, _print_steps, _sets_summary, store_side
 from kvreach.params import RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
 
 @_scenario_command
 def simulate(
-    rule: Annotated[str, typer.Option("--rule", help="one of " + ", ".join(RULES))],
+    rule: Annotated[Optional[str], typer.Option(
+        "--rule", help="one of kvreach's rules " + ", ".join(RULES) + " (instead of --vllm's "
+        "store side)")] = None,
+    vllm: VllmOpt = None,
     *,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     scenario: Scenario,
 ) -> None:
-    """Drive one request through the executable store rule and show every step."""
+    """Drive one request through a store side and show every step: vLLM
+    release X's (--vllm X, default 0.33.0: its store rule, mask window, EAGLE
+    tail and finish) or one of kvreach's rules as transcribed (--rule R)."""
     s = scenario
     _check_choice("--rule", rule, check_rule)
+    if rule is not None and vllm is not None:
+        raise CliError("--vllm", vllm, "no --rule beside it: simulate runs one store side, a "
+                       "release's (--vllm X) or one of kvreach's rules (--rule R); to score a rule "
+                       "against a release's lookup use `kvreach lookup --rule R --vllm X`")
+    r = _release(vllm)
     _check_choice("--load-model", s.load_model, check_load_model)
-    trace = _run_scenario(rule, s)
+    trace = _run_scenario(r if rule is None else rule, s)
+    rule_name = trace.rule
     load_model, g = s.load_model, trace.group
 
     loadable, needed = trace.wanted(load_model), trace.needed(load_model)
@@ -44,7 +56,8 @@ def simulate(
             for st in tj["steps"]
         ]
         doc = {
-            "config": s.config(rule) | {"derived": derived},
+            "config": s.config(rule_name) | {"vllm": None if rule else vllm or r.names[-1],
+                                             "derived": derived},
             "groups": {"swa": {
                 "steps": steps,
                 "stored": sorted(stored),
@@ -61,7 +74,9 @@ def simulate(
         return
 
     out = _out()
-    out.print(f"[bold]rule[/] {rule}  [bold]load model[/] {load_model}", soft_wrap=True)
+    side = "" if rule else f"  [bold]vllm[/] {vllm or r.names[-1]} ({store_side(r)})"
+    out.print(f"[bold]rule[/] {rule_name}{side}  [bold]load model[/] {load_model}",
+              soft_wrap=True)
     out.print(_config_line(tj["group"], tj["request"], tj["lifecycle"]), markup=False, soft_wrap=True)
     out.print(" ".join(f"{k}={v}" for k, v in derived.items()), markup=False, soft_wrap=True)
     _print_steps(out, tj, set(loadable), "SWA group: steps")
