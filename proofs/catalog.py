@@ -17,12 +17,13 @@ import re
 from dataclasses import dataclass
 
 from kvreach.proofs.framework import Role
-from kvreach.proofs import obligations
+from kvreach.proofs import obligations, versions
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.runner import expected_rows, expected_table, rows_for
 
 RESULTS = "docs/proof-results.json"
 PAGE = "docs/proofs.md"
+VERSIONS_PAGE = versions.PAGE
 REGENERATE = f"kvreach prove --json {RESULTS} && kvreach catalog"
 
 Key = tuple[str, str, str]
@@ -93,22 +94,34 @@ def results_problems(results: dict) -> list[str]:
 @dataclass(frozen=True)
 class Staleness:
     """What ``kvreach catalog --check`` finds: why the run is not a complete
-    run of today's registry (:func:`results_problems`), and whether the page
-    differs from :func:`render` of the run."""
+    run of today's registry (:func:`results_problems`), whether the page
+    differs from :func:`render` of the run, and whether docs/versions.md's
+    verdict matrix differs from :func:`versions_page` of it."""
 
     run: list[str]
     page: bool
+    versions: bool = False
 
     @property
     def up_to_date(self) -> bool:
-        return not self.run and not self.page
+        return not self.run and not self.page and not self.versions
 
 
-def staleness(results: dict, current_page: str | None, findings_md: str = "") -> Staleness:
+def staleness(results: dict, current_page: str | None, findings_md: str = "",
+              current_versions: str | None = None) -> Staleness:
     """Compare the committed page (None: missing) with the page ``results``
-    renders to; ``ValueError`` when the run cannot be rendered."""
+    renders to, and docs/versions.md (None: not checked) with its matrix
+    rendered from ``results``; ``ValueError`` when the run cannot be rendered."""
     page = render(results, findings_md)
-    return Staleness(results_problems(results), current_page != page)
+    stale_versions = (current_versions is not None
+                      and versions_page(results, current_versions) != current_versions)
+    return Staleness(results_problems(results), current_page != page, stale_versions)
+
+
+def versions_page(results: dict, current: str) -> str:
+    """docs/versions.md (``current``, its hand-written parts kept) with the
+    verdict matrix of ``results`` (:mod:`kvreach.proofs.versions`)."""
+    return versions.updated(current, results)
 
 
 COMPARED = ("verdict", "expected", "non_vacuous", "mutant", "mutant_rejected")

@@ -1,4 +1,5 @@
-"""``kvreach catalog``: docs/proofs.md from the registry and the latest run
+"""``kvreach catalog``: docs/proofs.md from the registry and the latest run,
+and the verdict matrix of docs/versions.md beside it
 (:mod:`kvreach.proofs.catalog` renders and decides staleness; this reports)."""
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def catalog(
                           "--rule/--load-model`), which covers only some rows")] = False,
     repo: RepoOpt = None,
 ) -> None:
-    """Generate docs/proofs.md from the obligations, expected verdicts and the latest proof run."""
+    """Generate docs/proofs.md from the obligations, expected verdicts and the latest proof run,
+    and the verdict matrix of docs/versions.md (the page beside --out) from the run."""
     from kvreach.proofs import catalog as cat
 
     def default(rel: str) -> Path:  # only an option left out needs the repository
@@ -82,9 +84,19 @@ def catalog(
                     f"the run has; re-run `{cat.REGENERATE}`", prefix="")
     findings = out.parent / "findings.md"
     findings_md = findings.read_text() if findings.exists() else ""
+    # docs/versions.md beside the page: its verdict matrix is regenerated too
+    versions = None if str(out) == "-" else out.parent / Path(cat.VERSIONS_PAGE).name
+    try:
+        versions_md = versions.read_text(encoding="utf-8") if versions and versions.is_file() else None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError("--out", out, f"a page beside a readable {versions} ({e})") from None
     if not check:
         try:
             page = cat.render(fresh, findings_md)
+            new_versions = None if versions_md is None else cat.versions_page(fresh, versions_md)
+        except cat.versions.MarkerError as e:
+            raise CliError("--out", out, f"a page beside a {versions} with its verdict matrix's "
+                           f"markers ({e})") from None
         except ValueError as e:
             raise CliError("--results", results, f"a run the catalog can render ({e})") from None
         if str(out) == "-":
@@ -92,23 +104,31 @@ def catalog(
             return
         try:
             out.write_text(page)
+            if new_versions is not None and new_versions != versions_md:
+                assert versions is not None
+                versions.write_text(new_versions, encoding="utf-8")
         except OSError as e:
             raise CliError("--out", out, f"a writable file ({e.strerror})") from None
-        typer.echo(f"wrote {out} ({len(fresh['rows'])} rows from {results})")
+        also = "" if new_versions is None else f" and the verdict matrix of {versions}"
+        typer.echo(f"wrote {out}{also} ({len(fresh['rows'])} rows from {results})")
         return
     try:
         current = out.read_text()
     except OSError:
         current = None
     try:
-        stale = cat.staleness(fresh, current, findings_md)
+        stale = cat.staleness(fresh, current, findings_md, versions_md)
+    except cat.versions.MarkerError as e:
+        raise CliError("--out", out, f"a page beside a {versions} with its verdict matrix's "
+                       f"markers ({e})") from None
     except ValueError as e:
         raise CliError("--results", results, f"a run the catalog can render ({e})") from None
     if stale.run:
         _error_line(f"stale: {results}: " + "; ".join(stale.run) + f"; re-run `{cat.REGENERATE}`")
         raise typer.Exit(1)
-    if stale.page:
-        _error_line(f"stale: {out} is not `kvreach catalog`'s output for {results}; "
+    if stale.page or stale.versions:
+        page = out if stale.page else f"{versions}'s verdict matrix"
+        _error_line(f"stale: {page} is not `kvreach catalog`'s output for {results}; "
                     f"run `kvreach catalog --results {results} --out {out}`")
         raise typer.Exit(1)
     typer.echo(f"{out} is up to date with {results}")
