@@ -35,15 +35,9 @@ class LaterLookup:
     stored: tuple[tuple[int, ...], ...]  # per group, the earlier request's stores
     rule: LookupOutcome
     dense: LookupOutcome
-    content: StoreContent = StoreContent()  # the rule's stores as the manager answers
-
-    @property
-    def unchecked(self) -> tuple[tuple[int, ...], ...]:
-        """Per group: chunks the rule's load asks ``prepare_load`` for that
-        the lookup never had answered HIT (vLLM 0.29.0's and 0.30.0's
-        lookups can load such chunks: docs/versions.md)."""
-        return tuple(tuple(c for c in r if self.content.answer(gi, c) is not Answer.HIT)
-                     for gi, r in enumerate(self.rule.loaded))
+    # per group: chunks the rule's load asks ``prepare_load`` for that the
+    # manager never answered HIT (:func:`unchecked_chunks`)
+    unchecked: tuple[tuple[int, ...], ...] = ()
 
     @property
     def missing(self) -> tuple[tuple[int, ...], ...]:
@@ -68,7 +62,8 @@ class LaterLookup:
                  "dense_loaded": [d.start, d.stop] if len(d) else [],
                  "missing_chunks": list(m), "unchecked_chunks": list(u)}
                 for g, st, r, d, m, u in zip(self.groups, self.stored, self.rule.loaded,
-                                             self.dense.loaded, self.missing, self.unchecked)
+                                             self.dense.loaded, self.missing,
+                                             self.unchecked or [()] * len(self.groups))
             ],
         }
 
@@ -98,6 +93,14 @@ def single_request_content(groups, chunks_per_group, shared_tokens: int) -> Stor
         [c for c in chunks if (c + 1) * g.chunk_tokens <= shared_tokens]
         for g, chunks in zip(groups, chunks_per_group)
     ])
+
+
+def unchecked_chunks(outcome: LookupOutcome, content: StoreContent) -> tuple[tuple[int, ...], ...]:
+    """Per group: chunks the load asks ``prepare_load`` for that ``content``
+    does not answer HIT, chunks the lookup never checked (vLLM 0.29.0's and
+    0.30.0's lookups load such chunks: docs/versions.md)."""
+    return tuple(tuple(c for c in r if content.answer(gi, c) is not Answer.HIT)
+                 for gi, r in enumerate(outcome.loaded))
 
 
 def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: int,
@@ -138,10 +141,14 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
     gone = [set(e) for e in evicted] + [set() for _ in groups[len(evicted):]]
 
     def held(chunks_per_group):
+        if not any(gone):
+            return chunks_per_group
         return [[c for c in cs if c not in out] for cs, out in zip(chunks_per_group, gone)]
 
     content = single_request_content(groups, held(stored), shared)
     rule = lookup(groups, req, content, parts=parts)
+    unchecked = unchecked_chunks(rule, content)
+    del content  # the dense content is as large: not both at once
     dense = lookup(groups, req, single_request_content(
         groups, held(dense_chunks(groups, trace)), shared), parts=parts)
-    return LaterLookup(groups, req, shared, stored, rule, dense, content)
+    return LaterLookup(groups, req, shared, stored, rule, dense, unchecked)
