@@ -77,7 +77,7 @@ def lookup(
         return
     out = _out()
     tj = trace.to_json()
-    stores = (f"vLLM {version}'s ({store_side(release)[len('its store side: '):]})"
+    stores = (f"vLLM {version}'s ({store_side(release)})"
               if rule is None else "kvreach's rule")
     out.print(f"[bold]rule[/] {trace.rule}: {stores}; [bold]lookup[/] vLLM {version}'s "
               f"({lookup_side(release)})", soft_wrap=True)

@@ -392,11 +392,11 @@ def store_side(r) -> str:
     """What release record ``r``'s store side is, in a few words (the
     ``kvreach.releases.Release`` parts the single-request lifecycle runs)."""
     if r.store_rule == "vllm-0.29":
-        return ("its store side: the pre-fix rule vllm-0.29, window cdiv(W, C), the EAGLE "
-                "tail never stored, finish up to num_tokens")
+        return ("the pre-fix rule vllm-0.29, window cdiv(W, C), the EAGLE tail never "
+                "stored, finish up to num_tokens")
     if not r.mask_window_extra:
-        return "its store side: rule vllm-0.33, the mask window without extra_retained_tokens"
-    return "its store side: rule vllm-0.33"
+        return "rule vllm-0.33, the mask window without extra_retained_tokens"
+    return "rule vllm-0.33"
 
 
 def lookup_side(r) -> str:

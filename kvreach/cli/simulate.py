@@ -74,7 +74,8 @@ def simulate(
         return
 
     out = _out()
-    side = "" if rule else f"  [bold]vllm[/] {vllm or r.names[-1]} ({store_side(r)})"
+    side = ("" if rule else
+            f"  [bold]vllm[/] {vllm or r.names[-1]} (its store side: {store_side(r)})")
     out.print(f"[bold]rule[/] {rule_name}{side}  [bold]load model[/] {load_model}",
               soft_wrap=True)
     out.print(_config_line(tj["group"], tj["request"], tj["lifecycle"]), markup=False, soft_wrap=True)
