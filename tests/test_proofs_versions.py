@@ -54,6 +54,11 @@ SYNTHETIC = {"rows": [
         expected="counterexample"),
     row("hit-preservation-neighbours", "vllm-0.33", "any", "counterexample", "0.31.0/0.32.0",
         cex={"chunk": 4, "requests": [{"prompt_tokens": 52}, {"prompt_tokens": 36}]}),
+    # one row standing for three records: one footnote
+    row("no-waste", "vllm-0.33", "any", "counterexample", "0.30.0/0.31.0/0.32.0/0.33.0",
+        cex={"chunk": 18, "final_horizon_chunks": 19}),
+    # a rule about a release that is not its store rule keeps its own row
+    row("completeness", "vllm-0.29", "aligned", "counterexample", cex={"chunk": 11}),
 ]}
 
 
@@ -61,14 +66,21 @@ def test_cells_by_release():
     text = V.render(SYNTHETIC)
     lines = text.splitlines()
     assert "| obligation | rule | load model | 0.29.0 | 0.30.0 | 0.31.0/0.32.0 | 0.33.0 |" in lines
-    assert ("| `soundness` | vllm-0.29 | aligned | counterexample (1) | — | — | — |" in lines)
-    assert ("| `soundness` | vllm-0.33 | aligned | — | counterexample (2) | proved | proved |"
-            in lines)
+    # a release's own store rule is one matrix row: vllm-0.29 for 0.29.0, vllm-0.33 on
+    assert ("| `soundness` | vLLM's own | aligned | counterexample (1) | counterexample (2) "
+            "| proved | proved |" in lines)
     assert ("| `lookup-monotone` | any | any | proved | proved | proved | proved |" in lines)
     assert "| `hit-preservation` | lookup-window | any | — | — | — | proved |" in lines
     # a verdict other than the expected one is marked
-    assert ("| `exactly-once-restarts` | vllm-0.33 | any | — | — | — | **proved** "
+    assert ("| `exactly-once-restarts` | vLLM's own | any | — | — | — | **proved** "
             "(expected counterexample) |" in lines)
+    # a row about several records: its verdict under each, one footnote
+    assert ("| `no-waste` | vLLM's own | any | — | counterexample (3) | counterexample (3) "
+            "| counterexample (3) |" in lines)
+    assert sum(ln.startswith("3. `no-waste`") for ln in lines) == 1
+    assert not any(ln.startswith("6. ") for ln in lines)  # 5 counterexample rows, 5 notes
+    # vllm-0.29 about 0.33.0 (a run before rows named their release): its own row
+    assert "| `completeness` | vllm-0.29 | aligned | — | — | — | counterexample (4) |" in lines
     # one table per world, in the order single, (b), "vllm"
     heads = [ln for ln in lines if ln.startswith("### ")]
     assert [h.split()[2] for h in heads] == ["single", "(b)", '"vllm"']
@@ -85,10 +97,16 @@ def test_counterexamples_are_decoded_with_their_command():
     second = next(ln for ln in text.splitlines() if ln.startswith("2. "))
     assert second.endswith("--load-model aligned --vllm 0.30.0`")
     third = next(ln for ln in text.splitlines() if ln.startswith("3. "))
-    assert "chunk 4; 2 requests, prompts 52/36" in third
-    # rule / load model "any" are not options of the command; a record's first version is
-    assert third.endswith("`kvreach counterexample hit-preservation-neighbours --rule vllm-0.33 "
+    assert third == ("3. `no-waste`, vllm-0.33, any, vLLM 0.30.0/0.31.0/0.32.0/0.33.0: chunk 18; "
+                     "final horizon 19 chunks. `kvreach counterexample no-waste --rule vllm-0.33 "
+                     "--vllm 0.30.0`")
+    fifth = next(ln for ln in text.splitlines() if ln.startswith("5. "))
+    assert "chunk 4; 2 requests, prompts 52/36" in fifth
+    # load model "any" is no option of the command; the row's first version selects it
+    assert fifth.endswith("`kvreach counterexample hit-preservation-neighbours --rule vllm-0.33 "
                           "--vllm 0.31.0`")
+    fourth = next(ln for ln in text.splitlines() if ln.startswith("4. "))
+    assert fourth.startswith("4. `completeness`, vllm-0.29, aligned, vLLM 0.33.0: chunk 11.")
 
 
 @pytest.mark.parametrize("vllm, why", [
@@ -103,9 +121,9 @@ def test_bad_release_names_are_refused(vllm, why):
 
 
 def test_two_rows_about_one_release_are_refused():
-    doc = {"rows": [row("soundness", "vllm-0.33", "aligned", "proved", ALL),
-                    row("soundness", "vllm-0.33", "aligned", "proved", "0.30.0")]}
-    with pytest.raises(ValueError, match="two rows of soundness/vllm-0.33/aligned"):
+    doc = {"rows": [row("soundness", "vllm-0.33", "aligned", "proved", "0.31.0/0.32.0/0.33.0"),
+                    row("soundness", "vllm-0.33", "aligned", "proved", "0.31.0/0.32.0")]}
+    with pytest.raises(ValueError, match="two rows of soundness/vLLM's own/aligned"):
         V.render(doc)
 
 
@@ -114,7 +132,7 @@ def test_splice_keeps_the_hand_written_parts():
     new = V.updated(page, SYNTHETIC)
     assert new.startswith("# title\n\nprose above\n\n" + V.BEGIN)
     assert new.endswith(V.END + "\n\nprose below\n")
-    assert "old matrix" not in new and "| `soundness` | vllm-0.29 |" in new
+    assert "old matrix" not in new and "| `soundness` | vLLM's own |" in new
     assert V.updated(new, SYNTHETIC) == new  # idempotent
     with pytest.raises(V.MarkerError):
         V.updated("# no markers\n", SYNTHETIC)
@@ -137,6 +155,9 @@ def test_committed_matrix_is_generated_from_committed_run(results):
     assert len(cells) >= len(results["rows"])
     for k in keys:
         assert f"| `{k[0]}` | {k[1]} | {k[2]} |" in page
+    for r in results["rows"]:  # each counterexample row's command is in the page
+        if r["verdict"] == "counterexample":
+            assert V.command(r) in page, V.command(r)
 
 
 def _docs_copy(tmp_path: Path) -> Path:
