@@ -49,13 +49,22 @@ def incarnation_invariant(ctx: Ctx, st) -> z3.BoolRef:
     vllm-0.33 reconsiders the final tail at the end (no retention interval,
     an alignment, not EAGLE) the prompt-horizon mask keeps it, so the
     reconsideration's skip (``abs_chunk_idx < next_stored_chunk_idx`` and the
-    prompt-horizon mask) leaves it out."""
+    prompt-horizon mask) leaves it out.
+
+    With the cursor kept on lookup (before 0.33.0) a start does not need
+    cursor 0, and a loaded start may move the cursor back: there the
+    invariant also says that no chunk was submitted in the incarnation while
+    nothing is computed (an incarnation ends at a preemption or a lookup, and
+    every storing step leaves tokens computed)."""
     s, c = ctx.s, ctx.c
     kept = z3.BoolVal(True)
     if ctx.rule == "vllm-0.33":
         kept = z3.Implies(z3.And(s.retention_mode == RetentionMode.NONE, s.has_align, z3.Not(s.eagle)),
                           mask.chunk_reachable(s, c, s.prompt_horizon * s.bpc))
-    return z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
+    inv = z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
+    if ctx.release.cursor_on_lookup == "kept":
+        inv = z3.And(inv, z3.Implies(st.f == 0, z3.Not(st.stored_inc)))
+    return inv
 
 
 def at_some_step(step_violation):
