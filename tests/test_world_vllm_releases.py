@@ -7,6 +7,8 @@ as it is."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import z3
 from hypothesis import HealthCheck, event, given, settings
@@ -18,6 +20,7 @@ from kvreach.params import RULES, GroupConfig, ParamError, RequestConfig
 from kvreach.proofs.framework import Ctx
 from kvreach.proofs.induction import bmc_query
 from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.obligations.restarts import incarnation_invariant
 from kvreach.spec import lifecycle as lc
 from kvreach.spec.config import SymConfig
 from kvreach.spec.evaluate import StepChecker
@@ -49,7 +52,6 @@ def test_the_default_release_is_the_table():
     changed = {t.name for t, u in zip(lc.TRANSITIONS, kept) if t is not u}
     assert changed == {"lookup", "start", "loaded"}
     with pytest.raises(ValueError, match="cursor_on_lookup"):
-        import dataclasses
         lc.table("vllm", dataclasses.replace(RESET, cursor_on_lookup="halved"))
 
 
@@ -175,20 +177,48 @@ def test_null_block_filter_per_release():
         assert x[0].offered == (0, 1, 3, 4), release.name
 
 
-def _restarts_without_loaded(release, depth: int = 5, rlimit: int = 40_000_000):
-    """exactly-once-restarts' BMC query at ``depth`` with no loaded start."""
-    ob = OBLIGATIONS["exactly-once-restarts"]
-    ctx = Ctx(SymConfig.fresh(), "vllm-0.33", "intended", release=release)
-    q, _, trs = bmc_query(ob, ctx, depth)
+def _no_loaded(trs) -> list:
+    return [t.kind != lc.K_START_LOADED for t in trs]
+
+
+def _check(premise, violation, rlimit: int = 60_000_000):
     s = z3.Solver()
     s.set("rlimit", rlimit)
-    s.add(*q.premise, *[t.kind != lc.K_START_LOADED for t in trs], q.violation)
+    s.add(*premise, violation)
     return s.check()
 
 
-def test_kept_cursor_submits_twice_only_through_a_loaded_start():
-    """With the cursor kept, a chunk is submitted twice only after a loaded
-    start moved the cursor back (the step of the counterexample): with no
-    loaded start, 5 steps find none; with 0.33.0's reset they do."""
-    assert _restarts_without_loaded(KEPT) == z3.unsat
-    assert _restarts_without_loaded(RESET) == z3.sat
+def _stored_below_cursor(ctx: Ctx, st) -> z3.BoolRef:
+    """exactly-once-incarnation's invariant (0.33.0's form) over ``stored``
+    (every incarnation) instead of ``stored_inc``."""
+    as_033 = dataclasses.replace(ctx, release=RESET)
+    return incarnation_invariant(as_033, lc.State(st.f, st.cursor, st.stored, st.ended, st.stored))
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_kept_cursor_submits_twice_only_through_a_loaded_start(rule):
+    """With the cursor kept (0.29.0 .. 0.32.0), a chunk is submitted twice
+    only after a loaded start moved the cursor back: with no loaded start,
+    "submitted before => below the cursor (and kept by the prompt-horizon
+    mask)" holds at the initial state and is kept by every step, which then
+    never submits a stored chunk (1-step induction, any number of steps and
+    incarnations). With 0.33.0's reset the lookup breaks it, and 5 steps
+    with no loaded start reach a second submission."""
+    ctx = Ctx(SymConfig.fresh(), rule, "intended", release=KEPT)
+    pre, post = lc.State.fresh("pre", "vllm"), lc.State.fresh("post", "vllm")
+    tr = lc.transition(ctx.s, rule, pre, post, ctx.c, ctx.budget, "t", world="vllm",
+                       release=KEPT)
+    prem = ctx.base() + [ctx.c >= 0, _stored_below_cursor(ctx, pre), tr.constraints,
+                         *_no_loaded([tr])]
+    assert _check(prem, z3.BoolVal(True)) == z3.sat  # non-vacuous
+    assert _check(prem, z3.And(pre.stored, tr.submitted)) == z3.unsat
+    assert _check(prem, z3.And(z3.Not(tr.finished), z3.Not(_stored_below_cursor(ctx, post)))) \
+        == z3.unsat
+    init = lc.State.fresh("init", "vllm")
+    assert _check(ctx.base() + [ctx.c >= 0, lc.init(init)],
+                  z3.Not(_stored_below_cursor(ctx, init))) == z3.unsat
+    # 0.33.0: a real trace of 5 steps, none of them a loaded start
+    ob = OBLIGATIONS["exactly-once-restarts"]
+    rctx = Ctx(SymConfig.fresh(), rule, "intended", release=RESET)
+    q, _, trs = bmc_query(ob, rctx, 5)
+    assert _check(q.premise + _no_loaded(trs), q.violation) == z3.sat
