@@ -1,16 +1,20 @@
-"""Obligations of world "vllm": the lifecycle vLLM 0.33.0 really
-runs, with preemption (``Scheduler._preempt_request``), the offload lookup's
-reset of the cursor at every ``get_num_new_matched_tokens`` (a new request, a
-resumed one, a retried deferred lookup), starts with a GPU-local or offload
-hit under either ``OffloadPolicy``, recompute past the prompt, decode under
-``AsyncScheduler`` (F9), ``Request.shared_prefix_boundary`` (F8), null blocks,
-and ``prepare_store`` accepting every key, some of them, or refusing
+"""Obligations of world "vllm": the lifecycle a vLLM release really runs
+(``Ctx.release``, default 0.33.0: its ``cursor_on_lookup`` and
+``null_block_filter`` through ``kvreach.spec.lifecycle.transition``), with
+preemption (``Scheduler._preempt_request``), the offload lookup at every
+``get_num_new_matched_tokens`` (a new request, a resumed one, a retried
+deferred lookup; 0.33.0 resets the cursor there, earlier releases keep it),
+starts with a GPU-local or offload hit under either ``OffloadPolicy``,
+recompute past the prompt, decode under ``AsyncScheduler`` (F9),
+``Request.shared_prefix_boundary`` (F8), null blocks, and ``prepare_store``
+accepting every key, some of them, or refusing
 (``kvreach.spec.lifecycle.TRANSITIONS``, world "vllm").
 
-An *incarnation* is the stretch between two lookups. ``stored`` is "the
-tracked chunk was submitted (accepted by the manager) at some step",
-``stored_inc`` "in this incarnation". Each obligation carries its own
-inductive invariant, proved in the same row (base case and step).
+An *incarnation* is the stretch between two lookups (with the cursor kept,
+a preemption also ends one: the request's next step is its lookup).
+``stored`` is "the tracked chunk was submitted (accepted by the manager) at
+some step", ``stored_inc`` "in this incarnation". Each obligation carries
+its own inductive invariant, proved in the same row (base case and step).
 """
 
 from __future__ import annotations
