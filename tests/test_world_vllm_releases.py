@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 from kvreach import releases
 from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm, vllm_step
 from kvreach.params import RULES, GroupConfig, ParamError, RequestConfig
+from kvreach.proofs.decode import pr_example_pins, scheduler_cut
 from kvreach.proofs.framework import Ctx
 from kvreach.proofs.induction import bmc_query
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.obligations.restarts import incarnation_invariant
+from kvreach.proofs.solve import _solve
 from kvreach.spec import lifecycle as lc
 from kvreach.spec.config import SymConfig
 from kvreach.spec.evaluate import StepChecker
@@ -193,10 +195,10 @@ def _no_loaded(trs) -> list:
 
 
 def _check(premise, violation, rlimit: int = 60_000_000):
-    s = z3.Solver()
-    s.set("rlimit", rlimit)
-    s.add(*premise, violation)
-    return s.check()
+    """One check as the proof run does it (``proofs.solve``: a fresh context
+    from the query's text, so the answer and its cost depend on the query
+    alone)."""
+    return _solve([*premise, violation], rlimit)[0]
 
 
 def _stored_below_cursor(ctx: Ctx, st) -> z3.BoolRef:
@@ -228,8 +230,15 @@ def test_kept_cursor_submits_twice_only_through_a_loaded_start(rule):
     init = lc.State.fresh("init", "vllm")
     assert _check(ctx.base() + [ctx.c >= 0, lc.init(init)],
                   z3.Not(_stored_below_cursor(ctx, init))) == z3.unsat
-    # 0.33.0: a real trace of 5 steps, none of them a loaded start
+    # 0.33.0: a real trace of 5 steps, none of them a loaded start (at PR
+    # #54362's example, as the counterexample search starts)
     ob = OBLIGATIONS["exactly-once-restarts"]
     rctx = Ctx(SymConfig.fresh(), rule, "intended", release=RESET)
-    q, _, trs = bmc_query(ob, rctx, 5)
-    assert _check(q.premise + _no_loaded(trs), q.violation) == z3.sat
+    q, sts, trs = bmc_query(ob, rctx, 5)
+    pins = pr_example_pins(rctx) + scheduler_cut(rctx, sts, trs)
+    assert _check(q.premise + pins + _no_loaded(trs), q.violation) == z3.sat
+    # and the same with the cursor kept is none
+    kctx = Ctx(SymConfig.fresh(), rule, "intended", release=KEPT)
+    q, sts, trs = bmc_query(ob, kctx, 5)
+    pins = pr_example_pins(kctx) + scheduler_cut(kctx, sts, trs)
+    assert _check(q.premise + pins + _no_loaded(trs), q.violation) == z3.unsat
