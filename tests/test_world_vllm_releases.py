@@ -68,7 +68,9 @@ def plans(draw, rule, g, r, release):
     out = []
     chunks = st.frozensets(st.integers(0, (P + 40) // C + 2), max_size=3)
     blocks = st.frozensets(st.integers(0, nblocks), max_size=4)
-    for _ in range(draw(st.integers(1, 7))):
+    # half the plans begin with a restart: store, preempt, look up
+    forced = ["recompute", "preempt", "lookup"] if draw(st.booleans()) else []
+    for i in range(draw(st.integers(1, 7))):
         kinds = ["preempt", "abort", "recompute"]
         if f < P:
             kinds.append("prefill")
@@ -80,14 +82,16 @@ def plans(draw, rule, g, r, release):
                 kinds += ["start", "loaded"]
             if cursor > 0 and not reset:  # a restart from a kept cursor, often loaded
                 kinds += ["loaded", "loaded"]
-        k = draw(st.sampled_from(kinds))
+        k = forced[i] if i < len(forced) else draw(st.sampled_from(kinds))
         s = 0
         if k == "prefill":
             s = draw(st.integers(1, P - f))
         elif k == "recompute":
             s = draw(st.integers(max(1, P - f + 1), max(1, P - f + 1) + 40))
         elif k in ("start", "loaded"):
-            s = draw(st.integers(1 if k == "loaded" else 0, P + 8))
+            # below the cursor's tokens half the time (a kept cursor moves back)
+            hi = P + 8 if cursor == 0 or draw(st.booleans()) else max(1, cursor * C - 1)
+            s = draw(st.integers(1 if k == "loaded" else 0, hi))
         elif k in ("decode", "decode-async"):
             s = 1
         quiet = k in ("preempt", "lookup", "start", "loaded")
