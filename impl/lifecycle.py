@@ -21,12 +21,15 @@ Steps and tokens, as vLLM's V1 scheduler produces them for one request:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field, fields
 
+from kvreach.impl import release_rules
 from kvreach.impl.load import needed_chunks, wanted_chunks
-from kvreach.impl.mask import shared_prefix_tail_chunks
+from kvreach.impl.mask import boundary_end_block, shared_prefix_tail_chunks
 from kvreach.impl.rules import StoreStep, finish_tokens, storable_chunks, store_step
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv, check_rule
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,12 @@ class VllmStep:
         (start / loaded: ``num_computed_tokens`` after admission).
     outcome: ``prepare_store``'s answer; ``accepted`` the chunks it takes
         under ``partial``.
-    null: chunks with a null (freed) block id, never offered.
+    null: chunks the null-block filter drops (a null block where the
+        release's filter looks), never offered.
+    null_blocks: block indices of the request's blocks that hold the null
+        block; the release's filter (``Release.null_block_filter``,
+        ``kvreach.impl.release_rules.offered_chunks``) decides which chunks
+        they drop.
     shared_prefix_boundary: ``Request.shared_prefix_boundary`` (tokens; a
         further reachable boundary of vllm-0.33 with a retention interval, F8).
     """
@@ -258,6 +266,7 @@ class VllmStep:
     null: frozenset = frozenset()
     shared_prefix_boundary: int = 0
     allocated_chunks: int | None = None  # min(allocated, keyed) chunks; None: enough
+    null_blocks: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -277,12 +286,36 @@ def _num_tokens(req: RequestConfig, f: int) -> int:
     return req.prompt_tokens if f < req.prompt_tokens else f + 1
 
 
+def _block_filtered(rule: str, release: Release, g: GroupConfig, w: StoreStep, kept: set[int],
+                    null_blocks: frozenset, shared_prefix_boundary: int) -> set[int]:
+    """The chunks of ``kept`` the release's null-block filter drops, the mask
+    it consults being the step's with the shared-prefix boundary's tail
+    blocks (``reachable_boundaries``) added."""
+    if not null_blocks:
+        return set()
+    bpc = g.blocks_per_chunk
+    mask = w.block_mask
+    if mask is not None and shared_prefix_tail_chunks(
+            rule, g, shared_prefix_boundary, w.start_chunk, w.end_chunk):
+        end = boundary_end_block(g, shared_prefix_boundary)
+        b0 = w.start_chunk * bpc
+        mask = tuple(m or end - g.need <= b0 + i < end for i, m in enumerate(mask))
+    step = dataclasses.replace(w, chunks=tuple(sorted(kept)), block_mask=mask)
+    return kept - set(release_rules.offered_chunks(release, step, null_blocks, bpc))
+
+
 def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int,
-              st: VllmStep) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool]:
+              st: VllmStep, release: Release = DEFAULT_RELEASE,
+              ) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool]:
     """One step: (frontier after, cursor after, chunks offered, chunks
     submitted, the request ended). Raises ParamError when the step is not
-    enabled in (f, cursor), as the spec's guards say."""
+    enabled in (f, cursor), as the spec's guards say. ``release``: the vLLM
+    release whose cursor on lookup and null-block filter apply
+    (``kvreach.releases``; default 0.33.0): with the cursor kept, a lookup
+    leaves it, a start from a GPU-local hit keeps it and a loaded start
+    assigns the loaded chunks whatever the cursor was."""
     P, s, k = req.prompt_tokens, st.scheduled_tokens, st.kind
+    reset = release.cursor_on_lookup == "reset to 0"
 
     def need(ok: bool, what: str) -> None:
         if not ok:
@@ -295,10 +328,13 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
             return 0, cursor, (), (), False
         if k == "lookup":
             need(f == 0, "a lookup of a request with no computed tokens")
-            return 0, 0, (), (), False
-        need(f == 0 and cursor == 0 and s >= (1 if k == "loaded" else 0),
-             "a start from frontier 0 and cursor 0")
-        return s, (cdiv(s, g.chunk_tokens) if k == "loaded" else 0), (), (), False
+            return 0, release_rules.cursor_after_lookup(release, cursor), (), (), False
+        if reset:
+            need(f == 0 and cursor == 0 and s >= (1 if k == "loaded" else 0),
+                 "a start from frontier 0 and cursor 0")
+        else:
+            need(f == 0 and s >= (1 if k == "loaded" else 0), "a start from frontier 0")
+        return s, (cdiv(s, g.chunk_tokens) if k == "loaded" else cursor), (), (), False
     if k == "prefill":
         need(s >= 1 and f + s <= P, "a prefill step within the prompt")
         tokens_after, nt, f_after = f + s, _num_tokens(req, f), f + s
@@ -323,6 +359,7 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     n, w = jobs.num_chunks, jobs.store
     kept = set(w.chunks) | shared_prefix_tail_chunks(rule, g, st.shared_prefix_boundary,
                                                      w.start_chunk, n)
+    kept -= _block_filtered(rule, release, g, w, kept, st.null_blocks, st.shared_prefix_boundary)
     offered = tuple(sorted(kept - set(st.null)))
     if st.outcome == "refused":
         return f_after, cursor, offered, (), ends
@@ -331,18 +368,24 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
 
 
 def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
-             plan: list[VllmStep]) -> tuple[VllmStepResult, ...]:
+             plan: list[VllmStep], release: Release = DEFAULT_RELEASE,
+             ) -> tuple[VllmStepResult, ...]:
     """Drive one request through ``plan`` (world "vllm") from frontier 0 and
-    cursor 0; the steps after the one that ends the request are refused."""
+    cursor 0 under ``release`` (:func:`vllm_step`); the steps after the one
+    that ends the request are refused. An incarnation starts at a lookup
+    and, with the cursor kept on lookup, at a preemption too (the spec's
+    ``stored_inc``: the request's next step is a lookup that changes nothing
+    else)."""
     check_rule(rule)
     f = cursor = incarnation = 0
     out: list[VllmStepResult] = []
+    kept = release.cursor_on_lookup == "kept"
     for i, st in enumerate(plan):
         if out and st.kind and (out[-1].step.kind in ("finish", "abort")):
             raise ParamError("plan", plan, f"no step after the request ended (step {i})")
-        if st.kind == "lookup":
+        if st.kind == "lookup" or (kept and st.kind == "preempt"):
             incarnation += 1
-        f2, c2, offered, sub, _ = vllm_step(rule, g, req, f, cursor, st)
+        f2, c2, offered, sub, _ = vllm_step(rule, g, req, f, cursor, st, release)
         out.append(VllmStepResult(st, incarnation, f, f2, cursor, c2, offered, sub))
         f, cursor = f2, c2
     return tuple(out)

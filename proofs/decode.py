@@ -192,8 +192,9 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
         "chunk": c, "budget": _v(m, ctx.budget),
         "config": {"group": g.__dict__, "request": r.__dict__},
         "world": "vllm",
-        "plan": [st.__dict__ | {"accepted": sorted(st.accepted), "null": sorted(st.null)}
-                 for st in plan],
+        # the spec's null blocks are chunk-level (``null``): no ``null_blocks``
+        "plan": [{k: v for k, v in st.__dict__.items() if k != "null_blocks"}
+                 | {"accepted": sorted(st.accepted), "null": sorted(st.null)} for st in plan],
         "spec_steps": [
             {"kind": st.kind, "scheduled_tokens": st.scheduled_tokens,
              "num_chunks": _v(m, t.n),
@@ -202,7 +203,7 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
         ],
     }
     if replay:
-        steps = run_vllm(ctx.rule, g, r, plan)
+        steps = run_vllm(ctx.rule, g, r, plan, ctx.release)
         out["replay"] = [{"kind": x.step.kind, "incarnation": x.incarnation,
                           "f": [x.f_before, x.f_after], "cursor": [x.cursor_before, x.cursor_after],
                           "offered": list(x.offered), "submitted": list(x.submitted)}

@@ -19,7 +19,7 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
     by a running step is part of the violation."""
     pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
     tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
-                    world=ob.world)
+                    world=ob.world, release=ctx.release)
     if ob.world == "single":
         prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
         return Query(prem, ob.step_violation(ctx, pre, tr, post))
@@ -43,7 +43,7 @@ def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
         return []
     pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
     tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
-                    world=ob.world)
+                    world=ob.world, release=ctx.release)
     prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
     lems = _step_lemmas(ob, ctx, pre, tr, post)
     return [Query(prem + lems[:i], z3.Not(lem)) for i, lem in enumerate(lems)]
@@ -65,7 +65,7 @@ def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
     sts = [State.fresh(f"s{i}", ob.world) for i in range(depth + 1)]
     trs = [
         transition(ctx.s, ctx.rule, sts[i], sts[i + 1], ctx.c, ctx.budget, f"t{i + 1}",
-                   ctx.store_fn, world=ob.world)
+                   ctx.store_fn, world=ob.world, release=ctx.release)
         for i in range(depth)
     ]
     prem = ctx.base() + [ctx.c >= 0, init(sts[0])]

@@ -306,10 +306,13 @@ class StepChecker:
     (``spec.lifecycle.transition(world="vllm")``), built once; :meth:`explain`
     pins a concrete step (recorded from vLLM by trace validation, or run by
     ``impl.lifecycle.run_vllm``) and asks (A) is it a transition, (B) does the
-    spec offer and submit exactly its chunks. ``rlimit``: Z3 resources per check."""
+    spec offer and submit exactly its chunks. ``rlimit``: Z3 resources per check;
+    ``release``: the vLLM release of the relation (``kvreach.releases``,
+    default 0.33.0)."""
 
     def __init__(self, g: GroupConfig, r: RequestConfig, rule: str, budget: int,
-                 rlimit: int | None = None):
+                 rlimit: int | None = None, release=None):
+        from kvreach.releases import DEFAULT
         from kvreach.spec import lifecycle as lc
 
         s = SymConfig.fresh()
@@ -320,7 +323,7 @@ class StepChecker:
                              z3.Bool("ended_post"))
         self.c = z3.Int("chunk")
         self.tr = lc.transition(s, rule, self.pre, self.post, self.c, z3.IntVal(budget), "t",
-                                world="vllm")
+                                world="vllm", release=release or DEFAULT)
         self.rlimit = rlimit
         self.solver = z3.SimpleSolver()
         self.solver.add(s.well_formed(), s.equals(g, r), self.tr.constraints)

@@ -32,11 +32,12 @@ tracked chunk is submitted or not, and the cursor moves to ``max(cursor, n)``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import z3
 
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig, _max
 from kvreach.spec.rules import (
     RULES, STATIC_KEEP, final_segment_end, finish_tokens, storable_chunks,
@@ -259,11 +260,35 @@ assert [t.kind for t in TRANSITIONS] == list(range(len(TRANSITIONS)))
 
 KINDS = tuple(t.name for t in TRANSITIONS)
 
+# vLLM before 0.33.0 (``Release.cursor_on_lookup == "kept"``):
+# get_num_new_matched_tokens leaves next_stored_chunk_idx as the last
+# incarnation left it; update_state_after_alloc returns at once when nothing
+# is loaded (start: the cursor stays) and under CHUNK_LEVEL (BLOCK_LEVEL in
+# 0.29.0) assigns the loaded chunks cdiv(num_cached_tokens, tokens_per_chunk)
+# (loaded: an assignment, so it may move the cursor back). The starts' guard
+# drops "cursor 0": a resumed request starts from the cursor it had.
+_CURSOR_KEPT = {
+    K_LOOKUP: dict(new_cursor=lambda s, pre, sched: pre.cursor),
+    K_START: dict(guard=lambda s, pre, sched, budget: z3.And(pre.f == 0, sched >= 0),
+                  new_cursor=lambda s, pre, sched: pre.cursor),
+    K_START_LOADED: dict(guard=lambda s, pre, sched, budget: z3.And(pre.f == 0, sched >= 1)),
+}
+CURSOR_ON_LOOKUP = ("reset to 0", "kept")
+NULL_BLOCK_FILTERS = ("every reachable block", "last block")
 
-def table(world: str = "single") -> tuple[TransitionDef, ...]:
-    """The entries of :data:`TRANSITIONS` the world has."""
+
+def table(world: str = "single", release: Release = DEFAULT_RELEASE) -> tuple[TransitionDef, ...]:
+    """The entries of :data:`TRANSITIONS` the world has, for ``release``'s
+    ``get_num_new_matched_tokens`` and ``update_state_after_alloc``
+    (``Release.cursor_on_lookup``; :data:`TRANSITIONS` is 0.33.0's)."""
     if world == "vllm":
-        return TRANSITIONS
+        if release.cursor_on_lookup not in CURSOR_ON_LOOKUP:
+            raise ValueError(f"cursor_on_lookup={release.cursor_on_lookup!r}: "
+                             f"expected one of {CURSOR_ON_LOOKUP}")
+        if release.cursor_on_lookup == "reset to 0":
+            return TRANSITIONS
+        return tuple(replace(t, **_CURSOR_KEPT[t.kind]) if t.kind in _CURSOR_KEPT else t
+                     for t in TRANSITIONS)
     if world != "single":
         raise ValueError(f"unknown world {world!r}")
     return tuple(t for t in TRANSITIONS if t.kind in BASE_KINDS)
@@ -323,7 +348,7 @@ def step_num_tokens(t: TransitionDef, s: SymConfig, pre: State, sched):
 
 def transition(
     s: SymConfig, rule: str, pre: State, post: State, c, budget, tag: str, store_fn=None,
-    world: str = "single",
+    world: str = "single", release: Release = DEFAULT_RELEASE,
 ) -> Transition:
     """One scheduler step of any kind of the ``world``'s :func:`table`;
     ``store_fn`` replaces the rule's store decision (used for mutants), the
@@ -337,8 +362,27 @@ def transition(
     follows the entry's ``new_cursor``), ``recompute``, the manager's outcome
     (``outcome_<tag>``: accept / partial / refused, ``accepted_<tag>`` the
     key accepted under partial) and null blocks (``null_<tag>``: a reachable
-    block of the chunk is null, so it is not offered)."""
-    entries = table(world)
+    block of the chunk is null, so it is not offered).
+
+    ``release`` (world ``"vllm"``): the vLLM release whose cursor on lookup
+    and null-block filter the step has (``kvreach.releases``; default
+    0.33.0). Cursor kept (before 0.33.0): :func:`table`'s lookup and starts,
+    and the incarnation ghost ``stored_inc`` also ends at a preemption (the
+    request's next step is a lookup: ``Scheduler.schedule`` calls
+    ``get_num_new_matched_tokens`` for every waiting request with no
+    computed tokens, and a lookup that keeps the cursor changes nothing
+    else, so a start right after a preemption stands for one after its
+    lookup). Null filter: ``null_<tag>`` is "the filter drops the chunk", a
+    free Boolean under either filter (0.33.0's: a null block among the
+    chunk's reachable ones, or any block when the mask is dense, or its last
+    one; before: its last block): for any set of chunks some placement of
+    null blocks (each one's last block) drops exactly those, so the relation
+    is the same (the executable filter over block ids is
+    ``kvreach.impl.release_rules.offered_chunks``)."""
+    entries = table(world, release)
+    if world == "vllm" and release.null_block_filter not in NULL_BLOCK_FILTERS:
+        raise ValueError(f"null_block_filter={release.null_block_filter!r}: "
+                         f"expected one of {NULL_BLOCK_FILTERS}")
     kind = z3.Int(f"kind_{tag}")
     sched = z3.Int(f"sched_{tag}")
     aux = {"wc": z3.Int(f"wc_{tag}")}
@@ -379,8 +423,10 @@ def transition(
         extra = [z3.Or(outcome == O_ACCEPT, outcome == O_PARTIAL, outcome == O_REFUSED),
                  z3.Implies(z3.Not(stores), outcome == O_ACCEPT), spb >= 0, allocated >= 0]
         if pre.stored_inc is not None and post.stored_inc is not None:
+            ends_inc = (kind == K_LOOKUP if release.cursor_on_lookup == "reset to 0"
+                        else z3.Or(kind == K_LOOKUP, kind == K_PREEMPT))
             extra.append(post.stored_inc == z3.If(
-                kind == K_LOOKUP, False, z3.Or(pre.stored_inc, submitted)))
+                ends_inc, False, z3.Or(pre.stored_inc, submitted)))
     cons = z3.And(
         z3.Not(pre.ended),
         z3.Or([kind == t.kind for t in entries]),

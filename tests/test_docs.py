@@ -369,8 +369,8 @@ def test_layering():
 
 def test_layering_within_spec_and_impl_is_one_way():
     """config -> load, mask, lookup -> rules -> lifecycle -> evaluate;
-    contracts -> load, lookup -> oracles -> mask -> rules, monitor -> lifecycle,
-    release_rules, worlds, release; the connector: metrics -> vllm_copy; options, groups ->
+    contracts -> load, lookup -> oracles -> mask -> rules, monitor -> release_rules
+    -> lifecycle -> worlds, release; the connector: metrics -> vllm_copy; options, groups ->
     scheduler -> connector -> vllm_connector (the configured path). A module
     imports only modules ranked below it."""
     rank = {
@@ -380,8 +380,8 @@ def test_layering_within_spec_and_impl_is_one_way():
         "kvreach.impl.contracts": 0, "kvreach.impl.load": 1, "kvreach.impl.lookup": 1,
         "kvreach.impl.oracles": 2, "kvreach.impl.mask": 3,
         "kvreach.impl.rules": 4, "kvreach.impl.monitor": 4,
-        "kvreach.impl.lifecycle": 5, "kvreach.impl.worlds": 6,
-        "kvreach.impl.release_rules": 5, "kvreach.impl.release": 6,
+        "kvreach.impl.release_rules": 5,
+        "kvreach.impl.lifecycle": 6, "kvreach.impl.worlds": 7, "kvreach.impl.release": 7,
         "kvreach.impl.vllm": 0, "kvreach.impl.vllm.metrics": 0, "kvreach.impl.vllm.vllm_copy": 1,
         "kvreach.impl.vllm.options": 5, "kvreach.impl.vllm.groups": 5,
         "kvreach.impl.vllm.scheduler": 6, "kvreach.impl.vllm.connector": 7,

@@ -1,16 +1,20 @@
-"""Obligations of world "vllm": the lifecycle vLLM 0.33.0 really
-runs, with preemption (``Scheduler._preempt_request``), the offload lookup's
-reset of the cursor at every ``get_num_new_matched_tokens`` (a new request, a
-resumed one, a retried deferred lookup), starts with a GPU-local or offload
-hit under either ``OffloadPolicy``, recompute past the prompt, decode under
-``AsyncScheduler`` (F9), ``Request.shared_prefix_boundary`` (F8), null blocks,
-and ``prepare_store`` accepting every key, some of them, or refusing
+"""Obligations of world "vllm": the lifecycle a vLLM release really runs
+(``Ctx.release``, default 0.33.0: its ``cursor_on_lookup`` and
+``null_block_filter`` through ``kvreach.spec.lifecycle.transition``), with
+preemption (``Scheduler._preempt_request``), the offload lookup at every
+``get_num_new_matched_tokens`` (a new request, a resumed one, a retried
+deferred lookup; 0.33.0 resets the cursor there, earlier releases keep it),
+starts with a GPU-local or offload hit under either ``OffloadPolicy``,
+recompute past the prompt, decode under ``AsyncScheduler`` (F9),
+``Request.shared_prefix_boundary`` (F8), null blocks, and ``prepare_store``
+accepting every key, some of them, or refusing
 (``kvreach.spec.lifecycle.TRANSITIONS``, world "vllm").
 
-An *incarnation* is the stretch between two lookups. ``stored`` is "the
-tracked chunk was submitted (accepted by the manager) at some step",
-``stored_inc`` "in this incarnation". Each obligation carries its own
-inductive invariant, proved in the same row (base case and step).
+An *incarnation* is the stretch between two lookups (with the cursor kept,
+a preemption also ends one: the request's next step is its lookup).
+``stored`` is "the tracked chunk was submitted (accepted by the manager) at
+some step", ``stored_inc`` "in this incarnation". Each obligation carries
+its own inductive invariant, proved in the same row (base case and step).
 """
 
 from __future__ import annotations
@@ -50,13 +54,22 @@ def incarnation_invariant(ctx: Ctx, st) -> z3.BoolRef:
     vllm-0.33 reconsiders the final tail at the end (no retention interval,
     an alignment, not EAGLE) the prompt-horizon mask keeps it, so the
     reconsideration's skip (``abs_chunk_idx < next_stored_chunk_idx`` and the
-    prompt-horizon mask) leaves it out."""
+    prompt-horizon mask) leaves it out.
+
+    With the cursor kept on lookup (before 0.33.0) a start does not need
+    cursor 0, and a loaded start may move the cursor back: there the
+    invariant also says that no chunk was submitted in the incarnation while
+    nothing is computed (an incarnation ends at a preemption or a lookup, and
+    every storing step leaves tokens computed)."""
     s, c = ctx.s, ctx.c
     kept = z3.BoolVal(True)
     if ctx.rule == "vllm-0.33":
         kept = z3.Implies(z3.And(s.retention_mode == RetentionMode.NONE, s.has_align, z3.Not(s.eagle)),
                           mask.chunk_reachable(s, c, s.prompt_horizon * s.bpc))
-    return z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
+    inv = z3.And(running(ctx, st), z3.Implies(st.stored_inc, z3.And(c < st.cursor, kept)))
+    if ctx.release.cursor_on_lookup == "kept":
+        inv = z3.And(inv, z3.Implies(st.f == 0, z3.Not(st.stored_inc)))
+    return inv
 
 
 def at_some_step(step_violation):
