@@ -357,13 +357,15 @@ class SchedulerRun:
 
 def drive(run: SchedulerRun, req_id: str, prompt_tokens: int, *, decode: int = 0,
           abort_after_step: int | None = None,
-          kv_transfer_params: dict | None = None) -> SchedulerRun:
+          kv_transfer_params: dict | None = None,
+          token_ids: list[int] | None = None) -> SchedulerRun:
     """One request: chunked prefill, ``decode`` decode steps and a normal
     finish (``max_tokens = decode + 1``), or an abort once ``abort_after_step``
     steps are scheduled (after that step's output is processed, as vLLM's own
-    test aborts; with async scheduling the last output is still in flight)."""
+    test aborts; with async scheduling the last output is still in flight).
+    ``token_ids``: the prompt, as :meth:`SchedulerRun.add_request` takes it."""
     run.add_request(req_id, prompt_tokens, max_tokens=decode + 1,
-                    kv_transfer_params=kv_transfer_params)
+                    kv_transfer_params=kv_transfer_params, token_ids=token_ids)
     if abort_after_step is None:
         run.run_to_completion()
         return run
