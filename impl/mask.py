@@ -93,7 +93,7 @@ def block_reachable(
     replay boundary ``num_prompt_tokens - 1`` aligned down.
     """
     need, shift, per_segment = g.need, g.shift, g.per_segment
-    if g.has_segments:  # not dense: an alignment of whole blocks, so per_segment is set
+    if g.has_segments:  # not dense (the caller's): an alignment of whole blocks
         if _segment_tail(block, per_segment, need, shift):
             return True
         F = final_segment_end_block
@@ -157,7 +157,7 @@ def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens:
         return None
     n = end_block - start_block
     mask = [False] * n
-    per_segment = g.per_segment  # set when g.has_segments (not dense)
+    per_segment = g.per_segment  # read when g.has_segments (not dense: whole blocks)
 
     def fill(lo: int, hi: int) -> None:
         lo, hi = max(lo, start_block), min(hi, end_block)

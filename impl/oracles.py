@@ -39,7 +39,7 @@ def rule_hit_boundaries(
     B, W = g.block_tokens, g.mask_window_tokens
     out: list[int] = []
     segment_tokens = g.segment_tokens
-    if g.per_segment is not None and segment_tokens is not None:
+    if segment_tokens is not None and g.representable:  # segment tails of whole blocks
         k_lo = max(1, (block * B - B) // segment_tokens)
         k_hi = ((block + 1) * B + W) // segment_tokens + 1
         out.extend(k * segment_tokens for k in range(k_lo, k_hi + 1))

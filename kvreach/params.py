@@ -206,23 +206,27 @@ class GroupConfig:
         """Segment boundaries exist (``kvreach.spec.config.SymConfig.has_segments``,
         the same definition): no alignment (every chunk boundary, the load
         side's granularity; the mask is dense) or a retention interval other
-        than 0. The mask reads this flag, never :attr:`per_segment` being None."""
+        than 0. Whether the mask has segment tails is this flag (and
+        :attr:`dense`), never a value of :attr:`per_segment`."""
         return self.alignment_tokens is None or self.retention_interval != 0
 
     @property
-    def per_segment(self) -> int | None:
-        """Blocks per segment of the mask (vLLM's ``per_segment``), for a
-        sparse-capable group with segments: :attr:`has_segments` and an
-        alignment of whole blocks (:attr:`representable`). None for every
-        other group, where the mask does not read it: no alignment (dense;
-        the spec's ``SymConfig.per_segment`` is then ``blocks_per_chunk``,
-        the load side's boundary step, ``kvreach.impl.load`` steps by the
-        chunk itself), retention interval 0 (no segments), an alignment of
-        part blocks (dense)."""
-        segment_tokens = self.segment_tokens
-        if segment_tokens is None or not self.representable:
-            return None
-        return segment_tokens // self.block_tokens
+    def per_segment(self) -> int:
+        """The segment length in blocks (vLLM's ``per_segment``, ``segment_tokens
+        // block_size`` of ``reachable_block_mask``), as the spec's
+        ``SymConfig.per_segment``: the alignment's (retention interval None),
+        the retention interval's (> 0), and with no alignment the chunk's
+        (``blocks_per_chunk``: every chunk boundary, the load side's
+        granularity). With a retention interval of 0 (no segments,
+        :attr:`has_segments` False) it is the alignment's, as in the spec; for
+        an alignment of part blocks (not :attr:`representable`, outside the
+        spec's scope) vLLM's floor division. The mask reads it only where it
+        has segment tails (:attr:`has_segments`, not :attr:`dense`)."""
+        if self.alignment_tokens is None:
+            return self.blocks_per_chunk
+        if self.retention_interval:
+            return self.retention_interval // self.block_tokens
+        return self.alignment_tokens // self.block_tokens
 
     @property
     def dense(self) -> bool:
@@ -231,7 +235,7 @@ class GroupConfig:
         tail ``need`` fills them."""
         if not self.representable:
             return True
-        return self.has_segments and self.need >= self.segment_tokens // self.block_tokens
+        return self.has_segments and self.need >= self.per_segment
 
     @property
     def final_alignment_blocks(self) -> int | None:

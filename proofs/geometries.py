@@ -67,18 +67,18 @@ class Geometry:
                 z3.Not(lk.has_max_load)]
 
 
-_PR, _I9 = PR_54362, MEASURED_W17
-_EX, _EX9 = (_PR.prompt, _PR.budget), (_I9.prompt, _I9.budget)
+_PR, _W17 = PR_54362, MEASURED_W17
+_EX, _EX17 = (_PR.prompt, _PR.budget), (_W17.prompt, _W17.budget)
 _PR_GROUP = (_PR.full_block_size, _PR.swa_block_size, _PR.window)
 GEOMETRIES: tuple[Geometry, ...] = (
-    Geometry("issue-9 measurement", _I9.full_block_size, _I9.swa_block_size, _I9.window,
-             example=_EX9),
+    Geometry("window-17 measurement", _W17.full_block_size, _W17.swa_block_size, _W17.window,
+             example=_EX17),
     Geometry("PR #54362 example", _PR.full_block_size, _PR.swa_block_size, _PR.window,
              example=_EX),
-    Geometry("PR example, extra_retained_tokens 5", *_PR_GROUP, extra=5, example=_EX9),
+    Geometry("PR example, extra_retained_tokens 5", *_PR_GROUP, extra=5, example=_EX17),
     Geometry("PR example, EAGLE group", *_PR_GROUP, eagle=True, example=_EX),
-    Geometry("PR example, retention interval 72", *_PR_GROUP, retention=72, example=_EX9),
-    Geometry("PR example, retention interval 0", *_PR_GROUP, retention=0, example=_EX9),
+    Geometry("PR example, retention interval 72", *_PR_GROUP, retention=72, example=_EX17),
+    Geometry("PR example, retention interval 0", *_PR_GROUP, retention=0, example=_EX17),
     Geometry("blocks_per_chunk 2, W - 1 a multiple of the chunk", 16, 8, 17, bpc=2),
     Geometry("SWA only", None, 4, 16),
     Geometry("block 16, window 128", 16, 16, 128, example=(4096, 2048)),

@@ -283,6 +283,7 @@ def test_arch_table_vllm_029_names_in_source(src029):
 PACKAGE_DIRS = {"kvreach": ROOT / "kvreach", "kvreach.spec": ROOT / "spec",
                 "kvreach.impl": ROOT / "impl", "kvreach.impl.vllm": ROOT / "impl" / "vllm",
                 "kvreach.proofs": ROOT / "proofs", "kvreach.cli": ROOT / "kvreach" / "cli",
+                "kvreach.conform": ROOT / "kvreach" / "conform",
                 "kvreach.vllm_harness": ROOT / "kvreach" / "vllm_harness"}
 
 

@@ -87,8 +87,14 @@ def _replay_block(g: GroupConfig, r: RequestConfig) -> int:
     return iload.replay_boundary(g, r.prompt_tokens) // g.block_tokens
 
 
+def _tail_period(g: GroupConfig) -> int:
+    """Test-data anchor only: the segment tails' period in blocks, 1 where
+    the mask has none of whole blocks."""
+    return g.per_segment if g.segment_tokens is not None and g.representable else 1
+
+
 def _anchor(draw, g, r, F):
-    return draw(st.sampled_from([0, F or 0, _replay_block(g, r), (g.per_segment or 1) * 3]))
+    return draw(st.sampled_from([0, F or 0, _replay_block(g, r), _tail_period(g) * 3]))
 
 
 # ---------------------------------------------------------------------------
@@ -147,7 +153,7 @@ def test_store_step_equals_spec(cfg, data):
     cursors = data.draw(
         st.lists(st.integers(0, n + 2), min_size=1, max_size=3, unique=True), label="cursors"
     )
-    seg_chunks = ((g.per_segment or 1) + g.blocks_per_chunk - 1) // g.blocks_per_chunk
+    seg_chunks = (_tail_period(g) + g.blocks_per_chunk - 1) // g.blocks_per_chunk
     for rule in RULES:
         for finished in (False, True):
             for cursor in cursors:

@@ -214,7 +214,7 @@ def test_hit_preserving_wastes_holds_only_where_the_window_is_one_past_chunks():
     tautology: where ``W - 1`` is not a multiple of the chunk (PR #54362's
     window 16) some dense hit loads the first chunk of the run the witness's
     lookup accepts, so the obligation's query is satisfiable there; in the
-    geometry "issue-9 measurement" (window 17) it is not; the premise (the witness) is satisfiable in
+    geometry "window-17 measurement" (window 17) it is not; the premise (the witness) is satisfiable in
     both. The twin agrees on that geometry's numbers: the hit at 36 of a 37-token
     request needs chunk 4 (without it the scan falls back to the run 0-3,
     a 16-token hit) and loads 5-8."""
@@ -230,7 +230,7 @@ def test_hit_preserving_wastes_holds_only_where_the_window_is_one_past_chunks():
         (q,) = _hit_preserving_wastes(ctx)
         return (runner._solve(q.premise)[0], runner._solve(q.premise + [q.violation])[0])
 
-    assert solve("issue-9 measurement") == (z3.sat, z3.unsat)
+    assert solve("window-17 measurement") == (z3.sat, z3.unsat)
     assert solve("PR #54362 example") == (z3.sat, z3.sat)
     groups = (LookupGroup(36), LookupGroup(4, window_tokens=17))
     out = lookup(groups, LaterRequest(37), StoreContent.of_chunks([range(1), range(9)]))

@@ -23,7 +23,7 @@ from kvreach.proofs.geometries import GEOMETRIES
 
 SCALE = int(os.environ.get("KVREACH_EQ_SCALE", "1"))
 GEOS = [g for g in GEOMETRIES if g.retention is None]
-FAILING_VLLM_033 = {"issue-9 measurement", "PR example, extra_retained_tokens 5",
+FAILING_VLLM_033 = {"window-17 measurement", "PR example, extra_retained_tokens 5",
                     "PR example, EAGLE group", "blocks_per_chunk 2, W - 1 a multiple of the chunk"}
 
 

@@ -94,7 +94,8 @@ def spec_outcome(f: scenarios.Finding) -> dict:
     if f.command == "simulate":
         ev = Evaluator(trace.group, trace.request)
         g = trace.group
-        margin = ((g.per_segment or 0) + g.need) // g.blocks_per_chunk + 2  # a final tail, in chunks
+        tails = g.segment_tokens is not None and g.representable  # segment tails of whole blocks
+        margin = ((g.per_segment if tails else 0) + g.need) // g.blocks_per_chunk + 2  # a final tail, in chunks
         for st in trace.to_json(f.scenario.load_model)["steps"]:
             ends, n = st["kind"] in ("finish", "abort"), st["num_chunks"]
             # every chunk the step could submit: from a segment and a window

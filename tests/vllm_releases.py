@@ -77,8 +77,10 @@ def venv(version: str) -> Path:
     pip = [str(python), "-m", "pip", "install", "-q"]
     if done.exists():
         # kvreach there is editable: point it at this checkout if another made the venv
+        # (asked from the venv's folder: from a checkout's root, its own
+        # kvreach/ folder would answer, whatever the venv maps)
         where = subprocess.run([str(python), "-c", "import kvreach; print(kvreach.__file__)"],
-                               capture_output=True, text=True).stdout.strip()
+                               capture_output=True, text=True, cwd=root).stdout.strip()
         if not where or Path(where).resolve().parent.parent != repo:
             subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
         return python

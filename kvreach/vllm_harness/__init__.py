@@ -2,10 +2,13 @@
 ``vllm`` extra): used by tests/vllm, bench/ and ``kvreach counterexample
 --replay-vllm``.
 
-- :mod:`~kvreach.vllm_harness.runner`: ``SchedulerRun`` (the real
-  ``Scheduler`` with an offloading connector, fake model outputs, the offload
-  manager's memory mocked), ``ClassLevelRun`` (the connector scheduler driven
-  directly, for DCP), ``Setup`` and ``drive``;
+- :mod:`~kvreach.vllm_harness.runner`: the run API, from
+  :mod:`~kvreach.vllm_harness.config` (``Setup``, the groups, the connector),
+  :mod:`~kvreach.vllm_harness.memory` (the offload manager's memory, mocked),
+  :mod:`~kvreach.vllm_harness.scheduler_run` (``SchedulerRun``: the real
+  ``Scheduler`` with an offloading connector and fake model outputs;
+  ``drive``) and :mod:`~kvreach.vllm_harness.class_level` (``ClassLevelRun``:
+  the connector scheduler driven directly, for DCP);
 - :mod:`~kvreach.vllm_harness.lookups`: vLLM's own offload lookups recorded
   and compared with kvreach's twin;
 - :mod:`~kvreach.vllm_harness.replay_lifecycle`, :mod:`~kvreach.vllm_harness.replay`:

@@ -53,7 +53,7 @@ from vllm.v1.kv_offload.base import LookupResult
 from kvreach import releases as R
 from kvreach.impl import lookup as lk
 from kvreach.vllm_harness.lookups import LookupRecorder, later_tokens, new_id
-from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa
+from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, full, swa
 
 
 def record() -> R.Release:
@@ -257,7 +257,12 @@ def hit_preservation(model_dir: str, cex: dict) -> dict:
     """The earlier request of a decoded hit-preservation counterexample, then
     its later request, against the keys ``prepare_store`` accepted and
     against every key the earlier request could offload (dense)."""
-    from kvreach.vllm_harness.replay import _offloadable, _offloadable_answers, setup_of
+    from kvreach.vllm_harness.replay import (
+        _offloadable,
+        _offloadable_answers,
+        run_earlier_request,
+        setup_of,
+    )
 
     lr = cex["later_request"]
     if lr.get("local_hit_tokens", 0):
@@ -266,18 +271,7 @@ def hit_preservation(model_dir: str, cex: dict) -> dict:
     setup = setup_of(cex)
     run = SchedulerRun(setup, STOCK, model_dir)
     rec = ReleaseRecorder(run)
-    req, lc = cex["config"]["request"], cex["lifecycle"]
-    stored = prompt_token_ids(req["prompt_tokens"], seed=31)
-    rid = new_id("stored-")
-    params = None if req["max_offload_tokens"] is None else {
-        "max_offload_tokens": req["max_offload_tokens"]}
-    run.add_request(rid, req["prompt_tokens"], max_tokens=lc["decode"] + 1,
-                    kv_transfer_params=params, token_ids=stored)
-    if lc["abort_after_step"] is not None:
-        for _ in range(lc["abort_after_step"]):
-            run.step()
-        run.abort(rid)
-    run.run_to_completion()
+    rid, stored = run_earlier_request(run, cex)
     swa_idx = setup.swa_groups()[-1]
     stored_chunks = sorted(c for st in run.steps for (r_, g, c) in st.stores
                            if r_ == rid and g == swa_idx)

@@ -29,7 +29,7 @@ from vllm.v1.kv_offload.base import LookupResult
 
 from kvreach.vllm_harness.lookups import LookupRecorder, check, later_lookups, later_tokens, lookups_by_length, new_id
 from kvreach.vllm_harness.replay_lifecycle import assert_rule_ran, connector_of
-from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, full, prompt_token_ids, swa
+from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, drive, full, prompt_token_ids, swa
 
 
 def groups_of(cex: dict) -> tuple:
@@ -105,6 +105,23 @@ def _offloadable_answers(rec: LookupRecorder, setup: Setup, rid: str, offloadabl
 # --- world (a): one earlier request's lifecycle --------------------------------------------
 
 
+def run_earlier_request(run: SchedulerRun, cex: dict) -> tuple[str, list[int]]:
+    """The earlier request of a decoded two-request counterexample, run to
+    completion on ``run`` as its lifecycle says (``decode`` steps and a
+    finish, or an abort after ``abort_after_step`` steps; its
+    ``max_offload_tokens``), with the prompt the later request shares a
+    prefix of. -> (its request id, its prompt). Release-agnostic: the release
+    replays (``release_replay``) run it on vLLM 0.29.0 .. 0.33.0."""
+    req, lc = cex["config"]["request"], cex["lifecycle"]
+    stored = prompt_token_ids(req["prompt_tokens"], seed=31)
+    rid = new_id("stored-")
+    params = None if req["max_offload_tokens"] is None else {
+        "max_offload_tokens": req["max_offload_tokens"]}
+    drive(run, rid, req["prompt_tokens"], decode=lc["decode"],
+          abort_after_step=lc["abort_after_step"], kv_transfer_params=params, token_ids=stored)
+    return rid, stored
+
+
 def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
     """hit-preservation (and -read-window): the earlier request's decoded
     lifecycle on the scheduler, then the later request against its accepted
@@ -116,18 +133,8 @@ def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
     with lookup_variant(cex):
         r = SchedulerRun(setup, which, model_dir, extra_config=extra)
         rec = LookupRecorder(r)
-        req, lc, later = cex["config"]["request"], cex["lifecycle"], cex["later_request"]
-        stored = prompt_token_ids(req["prompt_tokens"], seed=31)
-        rid = new_id("stored-")
-        params = None if req["max_offload_tokens"] is None else {
-            "max_offload_tokens": req["max_offload_tokens"]}
-        r.add_request(rid, req["prompt_tokens"], max_tokens=lc["decode"] + 1,
-                      kv_transfer_params=params, token_ids=stored)
-        if lc["abort_after_step"] is not None:
-            for _ in range(lc["abort_after_step"]):
-                r.step()
-            r.abort(rid)
-        r.run_to_completion()
+        later = cex["later_request"]
+        rid, stored = run_earlier_request(r, cex)
         tokens = later_tokens(stored, later["num_tokens"], later["shared_tokens"])
         out = []
         for content in ("rule", "dense"):

@@ -42,7 +42,7 @@ def counterexample(geometry_name: str):
     return cex
 
 
-FAILING = ["issue-9 measurement", "PR example, extra_retained_tokens 5", "PR example, EAGLE group",
+FAILING = ["window-17 measurement", "PR example, extra_retained_tokens 5", "PR example, EAGLE group",
            "PR example, retention interval 72", "PR example, retention interval 0",
            "blocks_per_chunk 2, W - 1 a multiple of the chunk"]
 
@@ -187,7 +187,7 @@ def test_read_window_row_counterexample_on_vllm(offline_model_dir):
 
 # --- world (b): hit-preservation-neighbours' counterexamples on vLLM -------------------------
 
-NEIGHBOURS_FAILING = ["issue-9 measurement", "PR example, extra_retained_tokens 5",
+NEIGHBOURS_FAILING = ["window-17 measurement", "PR example, extra_retained_tokens 5",
                       "PR example, EAGLE group", "blocks_per_chunk 2, W - 1 a multiple of the chunk"]
 
 
