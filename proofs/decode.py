@@ -95,6 +95,9 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
         return replay(cex)
     if obligation.startswith("no-waste"):  # and its lookup variant's row
         return unloaded_kept_chunk(cex)
+    if obligation == "load-reads-checked":  # the twin's unchecked loads (proofs/obligations/lookup.py)
+        from kvreach.proofs.obligations.lookup import replay_load_reads_checked
+        return replay_load_reads_checked(cex)
     if trace is None:  # a static obligation with no store trace (lookup-monotone)
         return []
     stored = list(trace.stored)

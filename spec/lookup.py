@@ -368,11 +368,15 @@ def prefix_keys(full_chunks, swa_chunks) -> Keys:
     )
 
 
-def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
+def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0,
+           load_early_by: int = 0) -> LookupTerms:
     """``_lookup_complete_chunks`` (one pass) and the loaded chunk ranges
     against the manager's answers ``keys`` (:func:`bounded_keys`,
     :func:`prefix_keys`). ``widen_initial_by`` > 0 is the mutant of the
-    obligation ``lookup-monotone`` (an initial run that many chunks wider)."""
+    obligation ``lookup-monotone`` (an initial run that many chunks wider);
+    ``load_early_by`` > 0 the mutant of ``load-reads-checked`` (the SWA load
+    starting that many chunks before ``update_state_after_alloc``'s first
+    fresh block's chunk, not below chunk 0)."""
     local, T, C, Cf = s.local_hit_tokens, s.num_tokens, s.C, s.C_full
     r = s.release
     # kv_transfer_params["max_load_tokens"]: read from 0.31.0 on
@@ -416,7 +420,10 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
     skipped_blocks = _max(0, total - s.W + 1 - s.extra) / B
     swa_start_block = _max(cdiv(local, B), skipped_blocks)
     swa_loads = z3.And(hit > 0, swa_start_block < cdiv(total, B))
-    swa_loaded = (z3.If(swa_loads, swa_start_block / s.bpc, 0), z3.If(swa_loads, cdiv(total, C), 0))
+    swa_start_chunk = swa_start_block / s.bpc
+    if load_early_by:
+        swa_start_chunk = _max(0, swa_start_chunk - load_early_by)
+    swa_loaded = (z3.If(swa_loads, swa_start_chunk, 0), z3.If(swa_loads, cdiv(total, C), 0))
     full_loads = z3.And(s.has_full, hit > 0)
     full_loaded = (z3.If(full_loads, cdiv(local, s.full_block_tokens) / s.bpc, 0),
                    z3.If(full_loads, cdiv(total, Cf), 0))
