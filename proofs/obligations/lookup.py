@@ -457,6 +457,9 @@ LOOKUP_MONOTONE = Obligation(
 # --- load-reads-checked -------------------------------------------------------
 
 
+_FULL_EAGLE = "later_full_eagle"  # the later request's full-attention group is an EAGLE group
+
+
 def _load_lookup(ctx: Ctx):
     """The later request of ``load-reads-checked``: ``ctx.lk`` with the
     full-attention group's EAGLE flag a symbol too, its lookup against any
@@ -466,7 +469,7 @@ def _load_lookup(ctx: Ctx):
 
     I, Bo = z3.IntSort(), z3.BoolSort()
     full, swa = z3.Function("lrc_full_hit", I, Bo), z3.Function("lrc_swa_hit", I, Bo)
-    lk = replace(ctx.lk, full_eagle=z3.Bool("later_full_eagle"))
+    lk = replace(ctx.lk, full_eagle=z3.Bool(_FULL_EAGLE))
     t = lookup(lk, bounded_keys(full, swa, LOAD_CHECKED_BOUND_KEYS, "lrc"),
                load_early_by=ctx.mutant.get("load_early_by", 0))
     return lk, t, full, swa
@@ -557,8 +560,10 @@ def replay_load_reads_checked(cex: dict) -> list[int]:
 
 def _plain_later_request(ctx: Ctx) -> list[list]:
     """No GPU-local hit and no ``max_load_tokens`` (the shape a replay on
-    vLLM's own scheduler runs, as the issue's two cases)."""
-    return [[ctx.lk.local_hit_tokens == 0, z3.Not(ctx.lk.has_max_load)]]
+    vLLM's own scheduler runs, as F11's two cases), first with no EAGLE
+    group at all."""
+    plain = [ctx.lk.local_hit_tokens == 0, z3.Not(ctx.lk.has_max_load)]
+    return [plain + [z3.Not(ctx.lk.eagle), z3.Not(z3.Bool(_FULL_EAGLE))], plain]
 
 
 # The two cases of docs/findings.md F11, as geometries: 0.29.0's (a hit ending
