@@ -440,7 +440,8 @@ def _spec_lookup(x: dict, r: releases.Release) -> tuple:
         swa_chunks=x["swa"], release=r, full_eagle=x["full_eagle"])
     hit = v["hit_tokens"]
     swa = v["swa_loaded"] if v["swa_loaded"][0] < v["swa_loaded"][1] else (0, 0)
-    full = v["full_loaded"] if x["full_block"] and v["full_loaded"][0] < v["full_loaded"][1] else (0, 0)
+    fl = v["full_loaded"]
+    full = fl if x["full_block"] and fl[0] < fl[1] else (0, 0)
     return hit, swa, full
 
 

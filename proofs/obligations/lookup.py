@@ -123,7 +123,7 @@ def _no_waste(ctx: Ctx):
                          z3.Implies(s.prompt_only, off <= s.P), kept(c)]
     fails = []
     for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
-        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant)
+        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant, ctx.release)
         shared = _min(T, off)
         prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
                  z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
@@ -202,7 +202,7 @@ def _lookup_monotone(ctx: Ctx):
     full_x, swa_x = z3.Function("mono_full_added", I, Bo), z3.Function("mono_swa_added", I, Bo)
     out = []
     for variant in ("vllm-0.33", READ_WINDOW):
-        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant)
+        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant, ctx.release)
         same = [] if lk is ctx.lk else [
             getattr(lk, f) == getattr(ctx.lk, f) for f in (
                 "full_block_tokens", "B", "bpc", "W", "extra", "num_tokens",
@@ -264,7 +264,7 @@ def _hit_preserving_wastes(ctx: Ctx):
     from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
 
     s, lk = ctx.s, ctx.lk
-    wk = LookupSym.fresh("hw_witness_", lk.variant)
+    wk = LookupSym.fresh("hw_witness_", lk.variant, ctx.release)
     seen, seen_w = z3.Int("hw_dense_seen_tokens"), z3.Int("hw_witness_seen_tokens")
 
     def dense(k, tokens):  # a prefix store as far as the later request shares it
@@ -517,7 +517,8 @@ def decode_load_reads_checked(m, ctx: Ctx) -> dict:
         "later_request": {
             "num_tokens": T, "local_hit_tokens": num(lk.local_hit_tokens),
             "max_load_tokens": num(lk.max_load_tokens) if yes(lk.has_max_load) else None},
-        "store": {"full_hit_chunks": [k for k in range(T // Cf) if yes(full(k))] if has_full else [],
+        "store": {"full_hit_chunks": ([k for k in range(T // Cf) if yes(full(k))]
+                                      if has_full else []),
                   "swa_hit_chunks": [k for k in range(T // C) if yes(swa(k))]},
         "spec": {"hit_tokens": num(t.hit_tokens),
                  "swa_loaded": [num(x) for x in t.swa_loaded],
@@ -591,9 +592,9 @@ LOAD_READS_CHECKED = Obligation(
     "prepare_load asserts, docs/findings.md F11).",
     "static", mutant=LOAD_EARLY,
     scope=(f"bounded: later requests of at most {LOAD_CHECKED_BOUND_KEYS} keys (complete "
-           "chunks) per group (any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
-           "answer per key of each group (uninterpreted), the full-attention group an EAGLE "
-           "group or not; geometry fixed to each of docs/findings.md F11's two cases and the "
+           "chunks) per group (any length up to that, GPU-local hit, max_load_tokens), every "
+           "HIT / MISS answer per key of each group (uninterpreted), the full-attention group "
+           "an EAGLE group or not; geometry fixed to each of docs/findings.md F11's two cases and the "
            f"grid's {len(_GRID_LOOKUP)} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
