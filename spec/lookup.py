@@ -34,8 +34,10 @@ The release's parts (``Release`` fields) the spec reads:
 - ``eagle_widening``: the unverified EAGLE group's query is one chunk wider
   for ``"every group"`` (0.30.0 on) or for SWA groups only (0.29.0). For the
   spec's groups this matters only when the full-attention group is an EAGLE
-  group (``LookupSym.full_eagle``, off unless a caller makes it symbolic):
-  0.29.0 then pops a chunk off a prefix it never widened.
+  group (``LookupSym.full_eagle``, off unless a caller makes it symbolic)
+  whose unwidened query stops short of its last key (a ``max_load_tokens``
+  cap, read from 0.31.0 on, or a one-token chunk): 0.29.0 then pops a chunk
+  off a prefix it never widened.
 - ``max_load_tokens`` (False: 0.29.0, 0.30.0): the lookup ignores
   ``LookupSym.has_max_load`` / ``max_load_tokens``, as those releases'
   ``_lookup_complete_chunks`` never reads ``kv_transfer_params``.
