@@ -25,7 +25,7 @@ RESULTS = "docs/proof-results.json"
 PAGE = "docs/proofs.md"
 REGENERATE = f"kvreach prove --json {RESULTS} && kvreach catalog"
 
-Key = tuple[str, str, str]
+Key = tuple[str, str, str, str]  # (obligation, rule, load model, vllm)
 
 
 # ---------------------------------------------------------------------------
@@ -40,10 +40,10 @@ def run_order() -> list[Key]:
 
 
 def expected_findings() -> dict[Key, list[str]]:
-    """(obligation, rule, load model) -> the findings (``F1``...) that
+    """(obligation, rule, load model, vllm) -> the findings (``F1``...) that
     ``proofs/expected.toml`` names for the row's expected counterexample."""
     return {
-        (r["obligation"], r["rule"], r["load_model"]): list(r.get("findings", []))
+        (r["obligation"], r["rule"], r["load_model"], r["vllm"]): list(r.get("findings", []))
         for r in expected_rows()
     }
 
@@ -61,7 +61,7 @@ def finding_anchors(findings_md: str) -> dict[str, tuple[str, str]]:
 
 
 def _key(row: dict) -> Key:
-    return (row["obligation"], row["rule"], row["load_model"])
+    return (row["obligation"], row["rule"], row["load_model"], row.get("vllm", ""))
 
 
 # ---------------------------------------------------------------------------
@@ -213,6 +213,11 @@ def render(results: dict, findings_md: str = "") -> str:
         "",
         "- **rule**: the store rule checked, `vllm-0.29` (before PR #54362) or `vllm-0.33`; "
         "`any` when the obligation does not depend on the rule.",
+        "- **vLLM**: the vLLM releases the row is about: those whose store rule is the row's "
+        "rule and that agree in every part of their code the obligation reads (its lookup, its "
+        "cursor; `kvreach/releases.py`, one record per distinct release); kvreach's own rule and "
+        "lookup variant are scored against 0.33.0's. The release × obligation matrix is "
+        "[versions.md](versions.md).",
         "- **load model**: which later hits the stores are checked against, `aligned` (what vLLM's "
         "lookup produces) or `intended` (plus a hit at the request's own final horizon, the PR's "
         "premise), see [spec.md](spec.md#load-models-the-lookup-and-two-approximations-of-it); `any` when the "
@@ -277,13 +282,13 @@ def render(results: dict, findings_md: str = "") -> str:
             "",
             f"Mutant it must reject: `{ob.mutant.name}`: {_md(_doc(ob.mutant.doc))}",
             "",
-            "| rule | load model | scope | expected | last verdict | s | rlimit | non-vacuous "
+            "| rule | load model | vLLM | scope | expected | last verdict | s | rlimit | non-vacuous "
             "| mutant rejected | findings |",
-            "|---|---|---|---|---|---:|---:|---|---|---|",
+            "|---|---|---|---|---|---|---:|---:|---|---|---|",
         ]
         notes = []
         for k in (k for k in order if k[0] == name):
-            _, rule, model = k
+            _, rule, model, vllm = k
             r = by_key.get(k)
             exp = table.get(k, "?")
             links = []
@@ -305,15 +310,16 @@ def render(results: dict, findings_md: str = "") -> str:
                          _yes(r.get("non_vacuous")),
                          _yes(r.get("mutant_rejected"))]
                 if r.get("detail"):
-                    notes.append(f"- {rule}, {model}: {_md(r['detail'])}")
-            L.append(f"| {rule} | {model} | {cells[0]} | {exp} | {cells[1]} | {cells[2]} "
+                    notes.append(f"- {rule}, {model}, vLLM {vllm}: {_md(r['detail'])}")
+            L.append(f"| {rule} | {model} | {vllm} | {cells[0]} | {exp} | {cells[1]} | {cells[2]} "
                      f"| {cells[3]} | {cells[4]} | {cells[5]} | {', '.join(links) or '—'} |")
         L.append("")
         if notes:
             L += ["Details:", ""] + notes + [""]
         if any(table.get(k) == "counterexample" for k in order if k[0] == name):
             flags = ("" if not ob.rule_specific else " --rule R") + \
-                    ("" if not ob.model_specific else " --load-model M")
+                    ("" if not ob.model_specific else " --load-model M") + \
+                    (" --vllm X" if ob.reads else "")
             L += [f"A counterexample, decoded: `kvreach counterexample {name}{flags}`.", ""]
     return "\n".join(L).rstrip("\n") + "\n"
 

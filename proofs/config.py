@@ -79,13 +79,14 @@ READABLE_BUDGET = 512
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "proof-results.json"
 
 
-def measured_rlimits(path: Path = RESULTS) -> dict[tuple[str, str, str], int]:
-    """(obligation, rule, load model) -> the rlimit that row spent in the
-    run recorded at ``path``; empty when there is none (an installed copy
+def measured_rlimits(path: Path = RESULTS) -> dict[tuple[str, str, str, str], int]:
+    """(obligation, rule, load model, vllm) -> the rlimit that row spent in
+    the run recorded at ``path``; empty when there is none (an installed copy
     without the checkout's docs/) or it cannot be read."""
     try:
         rows = json.loads(path.read_text())["rows"]
-        return {(r["obligation"], r["rule"], r["load_model"]): int(r["rlimit"]) for r in rows}
+        return {(r["obligation"], r["rule"], r["load_model"], r.get("vllm", "")): int(r["rlimit"])
+                for r in rows}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 

@@ -15,9 +15,10 @@ from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 
 @dataclass
 class Search:
-    """The outcome for row (obligation, rule, load_model); ``rule`` /
+    """The outcome for row (obligation, rule, load_model, vllm); ``rule`` /
     ``load_model`` are ``any`` when the obligation does not depend on them,
-    ``concrete_*`` what the solver checked (the runner's choice for ``any``)."""
+    ``concrete_*`` what the solver checked (the runner's choice for ``any``);
+    ``vllm`` the row's release group (``kvreach.proofs.matrix``)."""
 
     obligation: str
     rule: str
@@ -28,6 +29,7 @@ class Search:
     detail: str = ""
     counterexample: dict | None = None
     depth: int | None = None  # BMC steps, when BMC found it
+    vllm: str = ""
 
     @property
     def replayed(self) -> bool:
@@ -40,19 +42,38 @@ def row_key(obligation: str, rule: str | None, load_model: str | None) -> tuple[
     return (rule if ob.rule_specific else "any", load_model if ob.model_specific else "any")
 
 
-def search(obligation: str, rule: str | None, load_model: str | None) -> Search:
+def vllm_group(obligation: str, rule: str, load_model: str, vllm: str | None) -> str:
+    """The release group of the row about vLLM ``vllm`` (None: 0.33.0's);
+    ParamError when the obligation has no row about it under ``rule``
+    (kvreach's own rule is scored against 0.33.0's lookup only)."""
+    from kvreach.params import ParamError
+    from kvreach.proofs.matrix import check_vllm
+
+    if vllm is None:
+        return runner.default_vllm(obligation, rule)
+    check_vllm(vllm)
+    for _, _, _, g in runner.rows_for(obligation, rule, load_model, vllm):
+        return g
+    have = [g for _, _, _, g in runner.rows_for(obligation, rule, load_model)]
+    raise ParamError("vllm", vllm, f"a release with a row of '{obligation}' under rule {rule}: "
+                     + " or ".join(have))
+
+
+def search(obligation: str, rule: str | None, load_model: str | None,
+           vllm: str | None = None) -> Search:
     """BMC first for a lifecycle obligation (other than ``invariant``); when
     it finds nothing, or for the others, the row's verdict from the runner.
     A lifecycle counterexample that does not replay through the executable
     rule gets a ``detail`` saying so."""
     ob = OBLIGATIONS[obligation]
     r, m = row_key(obligation, rule, load_model)
+    group = vllm_group(obligation, r, m, vllm)
     ctx = runner._ctx(r, m)  # the runner's concrete rule and model for "any"
-    s = Search(obligation, r, m, ctx.rule, ctx.model)
+    s = Search(obligation, r, m, ctx.rule, ctx.model, vllm=group)
     bmc = ob.kind == "lifecycle" and ob.role is not Role.INVARIANT
     if bmc:
-        s.depth, s.counterexample = runner.find_counterexample(obligation, s.concrete_rule,
-                                                               s.concrete_model)
+        s.depth, s.counterexample = runner.find_counterexample(
+            obligation, s.concrete_rule, s.concrete_model, vllm=group)
         if s.counterexample is not None:
             s.verdict = "counterexample"
     if s.verdict is None:
@@ -61,7 +82,7 @@ def search(obligation: str, rule: str | None, load_model: str | None) -> Search:
             inv[s.concrete_rule] = all(
                 runner.run_row(o.name, s.concrete_rule, "any", {}).verdict == "proved"
                 for o in INVARIANTS)
-        row = runner.run_row(obligation, r, m, inv)
+        row = runner.run_row(obligation, r, m, inv, group)
         s.verdict, s.detail, s.counterexample = row.verdict, row.detail, row.counterexample
     if s.verdict == "counterexample" and ob.kind == "lifecycle" and not s.replayed:
         s.detail = s.detail or "counterexample did NOT replay through the executable rule"

@@ -134,6 +134,10 @@ class Obligation:
     replayable: Callable | None = None
     bounds: dict = field(default_factory=dict)  # the bounds its scope states (proofs/config.py)
     lookup_variant: str = "vllm-0.33"  # the later request's (spec.lookup.LOOKUP_VARIANTS)
+    # the fields of a vLLM release record (``kvreach.releases.Release``) its
+    # queries read beyond the store rule: its rows are one per group of
+    # releases agreeing in them (``kvreach.proofs.matrix``)
+    reads: frozenset = frozenset()
 
     @property
     def rests_on_invariant(self) -> bool:

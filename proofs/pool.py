@@ -16,6 +16,7 @@ import signal
 from concurrent.futures import ProcessPoolExecutor
 
 from kvreach.params import RULES, check_load_model, check_rule
+from kvreach.proofs.matrix import check_vllm
 from kvreach.proofs import cache
 from kvreach.proofs.config import measured_rlimits
 from kvreach.proofs.framework import Role
@@ -42,8 +43,10 @@ def _worker_init(parent_pid: int) -> None:
         os._exit(1)
 
 
-def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None):
-    """Yield one Row per (obligation, rule, load model), invariants first."""
+def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None,
+        vllm: str | None = None):
+    """Yield one Row per (obligation, rule, load model, vllm group),
+    invariants first; ``vllm``: a version, the rows about it."""
     if obligation is not None and obligation not in OBLIGATIONS:
         from kvreach.params import ParamError
 
@@ -52,17 +55,21 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         check_rule(rule)
     if model is not None:
         check_load_model(model)
+    if vllm is not None:
+        check_vllm(vllm)
     table = expected_table()
-    todo = list(rows_for(obligation, rule, model))
+    todo = list(rows_for(obligation, rule, model, vllm))
     rules = RULES if rule is None else (rule,)
     # Lifecycle proofs rest on their rule's invariant. Every row runs at once,
     # as if each invariant held; a proof whose invariant then fails is
     # reported unknown (_rest_on), so no row waits for the invariant rows.
     # only the invariants a selected row needs (or that are selected)
-    needed = {r for name, r, _ in todo
+    needed = {r for name, r, _, _ in todo
               if (OBLIGATIONS[name].rests_on_invariant or OBLIGATIONS[name].role is Role.INVARIANT)
               and r in rules}
-    invs = [(inv.name, r, "any") for inv in INVARIANTS for r in rules if r in needed]
+    # an invariant reads no release part: one row per rule
+    invs = [key for inv in INVARIANTS for r in rules if r in needed
+            for key in rows_for(inv.name, r, "any")]
     rest = [key for key in run_order(todo) if key not in invs]
     assume = {r: True for r in rules}
     keys = invs + rest
@@ -73,7 +80,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     pool = None
     if jobs == 1:
         def get(i: int) -> Row:
-            return hits[i] if i in hits else run_row(*keys[i], {} if i < len(invs) else assume)
+            return hits[i] if i in hits else _run_row(keys[i], {} if i < len(invs) else assume)
     else:
         # One solver process per core; largest first (longest-processing-time
         # order, :func:`schedule`), results still reported in table order.
@@ -96,7 +103,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
         try:
             pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                        initializer=_worker_init, initargs=(os.getpid(),))
-            futs = {i: pool.submit(run_row, *keys[i], {} if i < len(invs) else assume)
+            futs = {i: pool.submit(_run_row, keys[i], {} if i < len(invs) else assume)
                     for i in schedule(keys) if i not in hits}
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -108,15 +115,14 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     try:
         invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
         for row in inv_rows:
-            key = (row.obligation, row.rule, row.load_model)
-            if key in todo:
-                row.expected = table.get(key, "?")
+            if row.key in todo:
+                row.expected = table.get(row.key, "?")
                 if progress:
                     progress(row)
                 yield row
         for row in results:
             _rest_on(row, invariant_ok)
-            row.expected = table.get((row.obligation, row.rule, row.load_model), "?")
+            row.expected = table.get(row.key, "?")
             if progress:
                 progress(row)
             yield row
@@ -125,7 +131,12 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
             pool.shutdown(cancel_futures=True)
 
 
-def schedule(keys: list[tuple[str, str, str]], measured: dict | None = None) -> list[int]:
+def _run_row(key: tuple[str, str, str, str], invariant_ok: dict) -> Row:
+    name, rule, model, vllm = key
+    return run_row(name, rule, model, invariant_ok, vllm)
+
+
+def schedule(keys: list[tuple[str, str, str, str]], measured: dict | None = None) -> list[int]:
     """The order the pool starts ``keys`` in (indices): the invariant rows
     first (every lifecycle row's report waits for them), then the rows the
     committed run (:func:`kvreach.proofs.config.measured_rlimits`) does not

@@ -34,7 +34,7 @@ def git_commit() -> str | None:
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def run_header(obligation, rule, load_model, total: float) -> dict:
+def run_header(obligation, rule, load_model, total: float, vllm=None) -> dict:
     """The ``run`` header of ``prove --json``: what ran, with which versions,
     when (one field) and how long; every other field is reproducible."""
     import platform
@@ -51,7 +51,8 @@ def run_header(obligation, rule, load_model, total: float) -> dict:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "kvreach": version, "git_commit": git_commit(),
         "z3": z3.get_version_string(), "python": platform.python_version(),
-        "selection": {"obligation": obligation, "rule": rule, "load_model": load_model},
+        "selection": {"obligation": obligation, "rule": rule, "load_model": load_model,
+                      "vllm": vllm},
         "seconds": round(total, 3),
     }
 
@@ -89,7 +90,7 @@ OPTIONAL_ROW_FIELDS: dict[str, tuple[type, ...]] = {
     "expected": (str, type(None)), "non_vacuous": (bool, type(None)),
     "mutant": (str, type(None)), "mutant_rejected": (bool, type(None)),
     "detail": (str, type(None)), "counterexample": (dict, type(None)),
-    "findings": (list,),
+    "findings": (list,), "vllm": (str,),
 }
 RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "date": (str, type(None)), "kvreach": (str, type(None)), "git_commit": (str, type(None)),
@@ -139,7 +140,7 @@ def write_junit(rows: list, path: Path, total: float) -> None:
     for r in rows:
         tc = ET.SubElement(suite, "testcase", {
             "classname": f"kvreach.prove.{r.obligation}",
-            "name": f"{r.obligation}[{r.rule},{r.load_model}]",
+            "name": f"{r.obligation}[{r.rule},{r.load_model},{r.vllm}]",
             "time": f"{r.seconds:.3f}",
         })
         if not r.ok:

@@ -25,7 +25,7 @@ from importlib import resources
 import z3
 
 from kvreach.params import LOAD_MODELS, RULES
-from kvreach.proofs import cache, decode, solve
+from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (the tests patch the budgets here).
 from kvreach.proofs.config import (
     BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROW_RL, VACUITY_RL,
@@ -36,6 +36,7 @@ from kvreach.proofs.induction import (
 )
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 from kvreach.proofs.solve import Meter, _charge, _decide, _solve, _solve_cases, _still_sat
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig
 
 
@@ -62,6 +63,12 @@ class Row:
     mutant_rejected: bool | None = None
     detail: str = ""
     counterexample: dict | None = field(default=None, repr=False)
+    # the vLLM releases the row is about (``kvreach.proofs.matrix``)
+    vllm: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.obligation, self.rule, self.load_model, self.vllm)
 
     def ok_apart_from_expected(self) -> bool:
         """Proved, or a counterexample that replays; non-vacuous, its mutant
@@ -82,7 +89,7 @@ class Row:
     def to_json(self) -> dict:
         return {
             "obligation": self.obligation, "rule": self.rule,
-            "load_model": self.load_model, "verdict": self.verdict,
+            "load_model": self.load_model, "vllm": self.vllm, "verdict": self.verdict,
             "expected": self.expected, "scope": self.scope,
             "seconds": round(self.seconds, 3), "solver_seconds": round(self.solver_seconds, 3),
             "rlimit": self.rlimit, "cached": self.cached,
@@ -98,10 +105,11 @@ def expected_rows() -> list[dict]:
     return tomllib.loads(text)["row"]
 
 
-def expected_table() -> dict[tuple[str, str, str], str]:
+def expected_table() -> dict[tuple[str, str, str, str], str]:
+    """(obligation, rule, load model, vllm) -> the expected verdict."""
     out = {}
     for row in expected_rows():
-        out[(row["obligation"], row["rule"], row["load_model"])] = row["verdict"]
+        out[(row["obligation"], row["rule"], row["load_model"], row["vllm"])] = row["verdict"]
     return out
 
 
@@ -142,7 +150,10 @@ def _small_lookup(ctx: Ctx) -> list:
         lk.num_tokens <= 2 * lk.C, lk.local_hit_tokens == 0, z3.Not(lk.has_max_load)]
 
 
-def rows_for(obligation: str | None, rule: str | None, model: str | None):
+def rows_for(obligation: str | None, rule: str | None, model: str | None,
+             vllm: str | None = None):
+    """Row keys (obligation, rule, load model, vllm group) of the selection;
+    ``vllm``: a version, the rows about it."""
     for name, ob in OBLIGATIONS.items():
         if obligation and name != obligation:
             continue
@@ -152,7 +163,18 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None):
             for m in (LOAD_MODELS if ob.model_specific else ("any",)):
                 if model and ob.model_specific and m != model:
                     continue
-                yield name, r, m
+                for g in matrix.groups(ob.reads, r, ob.lookup_variant):
+                    name_g = matrix.group_name(g)
+                    if vllm is None or matrix.covers(name_g, vllm):
+                        yield name, r, m, name_g
+
+
+def default_vllm(name: str, rule: str) -> str:
+    """The release group of ``name``'s row under ``rule`` that is about
+    vLLM 0.33.0 (the rule's only group when none is: vllm-0.29's)."""
+    ob = OBLIGATIONS[name]
+    gs = matrix.groups(ob.reads, rule, ob.lookup_variant)
+    return matrix.group_name(next((g for g in gs if DEFAULT_RELEASE in g), gs[-1]))
 
 
 # what a 1-step induction proof in the single-request world rests on (its scope says so)
@@ -164,8 +186,13 @@ def _ctx(rule: str, model: str, **kw) -> Ctx:
                "intended" if model == "any" else model, **kw)
 
 
+def _release(name: str, rule: str, vllm: str | None) -> Release:
+    return matrix.representative(vllm or default_vllm(name, rule))
+
+
 def find_counterexample(name: str, rule: str, model: str, store_fn=None,
-                        meter: Meter | None = None, geometry=None, shaped: bool | None = None):
+                        meter: Meter | None = None, geometry=None, shaped: bool | None = None,
+                        vllm: str | None = None):
     """BMC from the initial state; first pinned to PR #54362's worked example
     (so regressions decode to its numbers), then over every configuration.
     With a ``geometry`` (grid obligations): its pins throughout, first at its
@@ -174,12 +201,13 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
     runs (``Obligation.replayable``); None: that shape first, per query."""
     ob = OBLIGATIONS[name]
     if geometry is None and ob.grid:
-        return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter)[0]
+        return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm)[0]
     for pinned in (True, False):
         if pinned and shaped is False:
             continue  # the shaped pass searched at the example (its shape is its own)
         for depth in (ob.bmc_depths or BMC_DEPTHS):
-            ctx = _ctx(rule, model, store_fn=store_fn, lookup_variant=ob.lookup_variant)
+            ctx = _ctx(rule, model, store_fn=store_fn, lookup_variant=ob.lookup_variant,
+                       release=_release(name, rule, vllm))
             if geometry is not None:
                 ctx.pins = geometry.pins(ctx)
             q, sts, trs = bmc_query(ob, ctx, depth)
@@ -238,11 +266,12 @@ def _static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) 
     return cex
 
 
-def static_counterexample(name: str, rule: str, model: str, geometry) -> dict | None:
+def static_counterexample(name: str, rule: str, model: str, geometry,
+                          vllm: str | None = None) -> dict | None:
     """A grid static obligation's counterexample in one geometry (tests/vllm
     replays each), or None where its queries there are not sat."""
     ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
-    sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
+    sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=_release(name, rule, vllm))
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):
         r, m = _solve(q.premise + [q.violation], LEAF_RL, meter)
@@ -251,20 +280,25 @@ def static_counterexample(name: str, rule: str, model: str, geometry) -> dict | 
     return None
 
 
-def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=None):
+def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=None, vllm=None):
     """The first geometry's counterexample in a shape the real scheduler runs
     (``Obligation.replayable``), else the first geometry's in any shape."""
     passes = (True, False) if OBLIGATIONS[name].replayable is not None else (None,)
     for shaped in passes:
         for g in geometries:
-            found = find_counterexample(name, rule, model, store_fn, meter, g, shaped)
+            found = find_counterexample(name, rule, model, store_fn, meter, g, shaped, vllm)
             if found[1] is not None:
                 return found, g
     return (None, None), None
 
 
-def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
+def run_row(name: str, rule: str, model: str, invariant_ok: dict,
+            vllm: str | None = None) -> Row:
+    """The row (obligation, rule, load model, vllm group; None: the group
+    about 0.33.0, :func:`default_vllm`)."""
     ob = OBLIGATIONS[name]
+    vllm = vllm or default_vllm(name, rule)
+    release = matrix.representative(vllm)
     t0 = time.perf_counter()  # reported only: no verdict depends on it
     solver0, counts0, sats0 = solve._solver_seconds, dict(solve._cache_counts), len(solve._sat_log)
     meter = Meter(ROW_RL)
@@ -272,10 +306,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
     detail = ""
     cex = None
     if ob.kind == "static":
-        sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
+        sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=release)
         for g in (ob.grid or (None,)):
             if g is not None:
-                sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
+                sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=release)
                 sctx.pins = g.pins(sctx)
             results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
             if "sat" in [r for r, _, _ in results]:
@@ -293,9 +327,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         else:
             verdict = "proved"
     elif ob.grid:
-        verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter)
+        verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter,
+                                                             vllm)
     else:
-        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
+        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=release)
         q = lifecycle_step_query(ob, ctx)
         r = rq = z3.unsat
         for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
@@ -329,7 +364,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
         else:
             depth, cex = (None, None)
             if ob.role is not Role.INVARIANT:
-                depth, cex = find_counterexample(name, ctx.rule, ctx.model, meter=meter)
+                depth, cex = find_counterexample(name, ctx.rule, ctx.model, meter=meter, vllm=vllm)
             if cex is not None:
                 verdict = "counterexample"
                 scope += f"; counterexample by BMC, {depth} step(s) from the initial state"
@@ -351,9 +386,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict) -> Row:
               detail=detail, counterexample=cex, rlimit=used,
               solver_seconds=solve._solver_seconds - solver0,
               cached=(solve._cache_counts["solved"] == counts0["solved"]
-                      and solve._cache_counts["hit"] > counts0["hit"]))
+                      and solve._cache_counts["hit"] > counts0["hit"]), vllm=vllm)
     if cache.enabled() and row.ok_apart_from_expected():
-        cache.row_store((name, rule, model), {k: getattr(row, k) for k in _KEPT},
+        cache.row_store(row.key, {k: getattr(row, k) for k in _KEPT},
                         row_sats + _mutant_sats.get(name, []))
     return row
 
@@ -363,11 +398,12 @@ _KEPT = ("verdict", "scope", "rlimit", "non_vacuous", "mutant", "mutant_rejected
          "counterexample")
 
 
-def cached_row(name: str, rule: str, model: str) -> Row | None:
+def cached_row(name: str, rule: str, model: str, vllm: str | None = None) -> Row | None:
     """The row from the cache (:func:`kvreach.proofs.cache.row_lookup`: a
     proved row of this exact source), its sat checks (non-vacuity, mutant)
     solved again, each of which must still be sat; None otherwise."""
-    entry = cache.row_lookup((name, rule, model))
+    vllm = vllm or default_vllm(name, rule)
+    entry = cache.row_lookup((name, rule, model, vllm))
     if entry is None:
         return None
     t0, solver0 = time.perf_counter(), solve._solver_seconds
@@ -382,12 +418,12 @@ def cached_row(name: str, rule: str, model: str) -> Row | None:
                    rlimit=int(f["rlimit"]), non_vacuous=f["non_vacuous"], mutant=f["mutant"],
                    mutant_rejected=f["mutant_rejected"], detail=f["detail"],
                    counterexample=f["counterexample"],
-                   solver_seconds=solve._solver_seconds - solver0, cached=True)
+                   solver_seconds=solve._solver_seconds - solver0, cached=True, vllm=vllm)
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _grid_row(name, rule, model, invariant_ok, meter):
+def _grid_row(name, rule, model, invariant_ok, meter, vllm):
     """A lifecycle obligation proved per geometry (``Obligation.grid``): the
     1-step induction with the geometry's pins; the first geometry where it
     fails gets a BMC counterexample search."""
@@ -396,7 +432,8 @@ def _grid_row(name, rule, model, invariant_ok, meter):
     non_vacuous = True
     failed = []
     for g in ob.grid:
-        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant)
+        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant,
+                   release=matrix.representative(vllm))
         ctx.pins = g.pins(ctx)
         q = lifecycle_step_query(ob, ctx)
         r, _ = _decide(q, ctx, True, meter)
@@ -408,7 +445,7 @@ def _grid_row(name, rule, model, invariant_ok, meter):
         return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction" \
             + _RESTS_ON + ")", ("" if ok else f"invariant of {rule} not proved"), None, non_vacuous
     (depth, cex), _ = _grid_counterexample(name, rule, model, [g for g, _ in failed],
-                                           meter=meter)
+                                           meter=meter, vllm=vllm)
     if cex is not None:
         detail = "" if cex.get("replayed_violation") else \
             "counterexample did NOT replay through the executable rule"

@@ -213,7 +213,7 @@ def test_prove_single_static_obligation(tmp_path):
     doc = json.loads(js.read_text())
     assert {"date", "kvreach", "git_commit", "z3", "python", "selection", "seconds"} <= set(doc["run"])
     assert doc["run"]["selection"] == {"obligation": "load-window-blocks", "rule": None,
-                                       "load_model": None}
+                                       "load_model": None, "vllm": None}
     rows = doc["rows"]
     assert len(rows) == 1
     row = rows[0]
@@ -228,7 +228,7 @@ def test_prove_single_static_obligation(tmp_path):
     root = ET.parse(ju).getroot()
     cases = root.findall(".//testcase")
     assert len(cases) == 1
-    assert cases[0].get("name") == "load-window-blocks[any,any]"
+    assert cases[0].get("name") == "load-window-blocks[any,any,0.29.0/0.30.0/0.31.0/0.32.0/0.33.0]"
     assert (cases[0].find("failure") is None) == ok
     suite = root.find("testsuite")
     assert suite.get("tests") == "1" and suite.get("failures") == ("0" if ok else "1")

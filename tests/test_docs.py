@@ -173,6 +173,7 @@ def spec_element_users() -> dict[str, set[str]]:
     from kvreach.proofs.framework import Role
     from kvreach.proofs.obligations import OBLIGATIONS
     from kvreach.proofs.runner import _ctx as _runner_ctx
+    from kvreach.proofs.matrix import representative
     from kvreach.proofs.runner import rows_for
     from kvreach.spec.config import SymConfig
 
@@ -197,11 +198,12 @@ def spec_element_users() -> dict[str, set[str]]:
     SymConfig.__getattribute__ = getattribute
     sys.setprofile(prof)
     try:
-        for name, rule, model in rows_for(None, None, None):
+        for name, rule, model, vllm in rows_for(None, None, None):
             ob = OBLIGATIONS[name]
 
             def _ctx(rule, model):  # the runner's context for the obligation's rows
-                return _runner_ctx(rule, model, lookup_variant=ob.lookup_variant)
+                return _runner_ctx(rule, model, lookup_variant=ob.lookup_variant,
+                                   release=representative(vllm))
 
             current[:] = [name]
             ctx = _ctx(rule, model)

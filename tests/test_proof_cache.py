@@ -143,7 +143,7 @@ def _prove(*extra: str, env: dict | None = None) -> str:
 def test_prove_reports_cached_rows_and_no_cache_runs_everything(monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     assert "(cached)" not in _prove()
-    assert "load-window-blocks any any: proved (cached) (ok)" in _prove()
+    assert "load-window-blocks any any vllm 0.29.0/0.30.0/0.31.0/0.32.0/0.33.0: proved (cached) (ok)" in _prove()
     assert "(cached)" not in _prove("--no-cache")
     assert "(cached)" not in _prove(env={"CI": "true"})
 
@@ -160,9 +160,9 @@ def _run(name: str) -> list:
 def _count_run_row(monkeypatch) -> list:
     ran, real = [], pool.run_row
 
-    def counted(name, rule, model, inv):
+    def counted(name, rule, model, inv, vllm=None):
         ran.append((name, rule, model))
-        return real(name, rule, model, inv)
+        return real(name, rule, model, inv, vllm)
     monkeypatch.setattr(pool, "run_row", counted)
     return ran
 
@@ -230,7 +230,7 @@ def test_a_kept_counterexample_row_is_rechecked_by_evaluation(on, monkeypatch):
     assert first.verdict == "counterexample"
     assert runner.cached_row("computed-before-stored", "vllm-0.29", "any").counterexample \
         == json.loads(json.dumps(first.counterexample))
-    path, _ = cache._row_path(("computed-before-stored", "vllm-0.29", "any"))
+    path, _ = cache._row_path(("computed-before-stored", "vllm-0.29", "any", "0.29.0"))
     entry = json.loads(path.read_text())
     assert all(pins for _, _, pins in entry["sat"])  # each sat check kept with its model
     for check in entry["sat"]:

@@ -126,17 +126,17 @@ def test_expected_table_has_a_row_per_runner_row():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,rule,model", ALL_ROWS, ids=["/".join(r) for r in ALL_ROWS])
-def test_vacuity_check_true_for_real_premise(name, rule, model, monkeypatch, no_mutant):
+@pytest.mark.parametrize("name,rule,model,vllm", ALL_ROWS, ids=["/".join(r) for r in ALL_ROWS])
+def test_vacuity_check_true_for_real_premise(name, rule, model, vllm, monkeypatch, no_mutant):
     """The row's real premise (violation weakened, so no proof is run)."""
     _weaken(monkeypatch, name)
-    row = runner.run_row(name, rule, model, INVARIANT_OK)
+    row = runner.run_row(name, rule, model, INVARIANT_OK, vllm)
     assert row.non_vacuous is True, row
 
 
 @pytest.mark.parametrize("name", list(OBLIGATIONS))
 def test_vacuity_check_false_for_unsat_premise(name, monkeypatch, no_mutant):
-    rule, model = next((r, m) for n, r, m in ALL_ROWS if n == name)
+    rule, model = next((r, m) for n, r, m, _ in ALL_ROWS if n == name)
     _falsify_premise(monkeypatch, name)
     row = runner.run_row(name, rule, model, INVARIANT_OK)
     assert row.non_vacuous is False, row
@@ -155,7 +155,7 @@ CHEAP = [
 
 @pytest.mark.parametrize("name", CHEAP)
 def test_real_row_non_vacuous_and_mutant_rejected(name, fresh_mutant_cache):
-    rule, model = next((r, m) for n, r, m in ALL_ROWS if n == name)
+    rule, model = next((r, m) for n, r, m, _ in ALL_ROWS if n == name)
     row = runner.run_row(name, rule, model, INVARIANT_OK)
     assert row.non_vacuous is True, row
     assert row.mutant == MUTANTS[name][0] and row.mutant_rejected is True, row
@@ -178,7 +178,7 @@ def test_weakened_obligation_lets_mutant_pass(name, monkeypatch, fresh_mutant_ca
     assert runner.run_mutant(name, "vllm-0.33", "intended") == (MUTANTS[name][0], False)
     # The runner's row then fails, whatever verdict it expected.
     monkeypatch.setattr(runner, "_mutant_cache", {})
-    rule, model = next((r, m) for n, r, m in ALL_ROWS if n == name)
+    rule, model = next((r, m) for n, r, m, _ in ALL_ROWS if n == name)
     row = runner.run_row(name, rule, model, INVARIANT_OK)
     assert row.mutant_rejected is False
     row.expected = row.verdict

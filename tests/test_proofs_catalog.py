@@ -71,7 +71,7 @@ def test_generation_is_deterministic_and_writes_the_page(tmp_path, results):
 
 
 def test_committed_run_has_one_row_per_runner_row_in_order(results):
-    keys = [(r["obligation"], r["rule"], r["load_model"]) for r in results["rows"]]
+    keys = [(r["obligation"], r["rule"], r["load_model"], r["vllm"]) for r in results["rows"]]
     assert keys == catalog.run_order()
     assert set(keys) == set(runner.rows_for(None, None, None))
 
@@ -79,7 +79,7 @@ def test_committed_run_has_one_row_per_runner_row_in_order(results):
 def test_committed_run_was_run_against_todays_expected_table(results):
     table = runner.expected_table()
     for r in results["rows"]:
-        k = (r["obligation"], r["rule"], r["load_model"])
+        k = (r["obligation"], r["rule"], r["load_model"], r["vllm"])
         assert r["expected"] == table[k], k
         assert r["verdict"] == r["expected"], (k, r["verdict"], r.get("detail"))
         assert r["non_vacuous"] is True and r["mutant_rejected"] is True, k
@@ -91,7 +91,8 @@ def test_committed_run_was_run_against_todays_expected_table(results):
 def test_committed_run_header(results):
     run = results["run"]
     assert {"date", "kvreach", "git_commit", "z3", "python", "selection", "seconds"} <= set(run)
-    assert run["selection"] == {"obligation": None, "rule": None, "load_model": None}
+    assert run["selection"] == {"obligation": None, "rule": None, "load_model": None,
+                                "vllm": None}
 
 
 def test_every_named_finding_has_a_section():

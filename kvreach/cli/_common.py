@@ -47,6 +47,7 @@ PARAM_FLAGS: dict[str, str] = {
     "rule": "--rule",
     "load_model": "--load-model",
     "obligation": "--obligation",
+    "vllm": "--vllm",
 }
 
 

@@ -17,6 +17,8 @@ from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.plot import _draw, _plot_paths
 from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
+from kvreach.proofs.matrix import check_vllm
+from kvreach.releases import RELEASES
 from kvreach.proofs.obligations import OBLIGATIONS
 
 
@@ -25,6 +27,9 @@ def counterexample(
         metavar="OBLIGATION", help="one of " + ", ".join(OBLIGATIONS))],
     rule: RuleOpt = None,
     load_model: ModelOpt = None,
+    vllm: Annotated[Optional[str], typer.Option(
+        "--vllm", metavar="X", help="the row about vLLM release X (one of "
+        + ", ".join(v for r in RELEASES for v in r.names) + "; default 0.33.0)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot_file: Annotated[Optional[Path], typer.Option(
         "--plot", metavar="FILE",
@@ -45,6 +50,7 @@ def counterexample(
         raise CliError("OBLIGATION", obligation, "one of " + ", ".join(OBLIGATIONS))
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
+    _check_choice("--vllm", vllm, check_vllm)
     ob = OBLIGATIONS[obligation]
     if ob.rule_specific and rule is None:
         raise CliError("--rule", "(missing)", f"one of {', '.join(RULES)} for '{obligation}'")
@@ -64,11 +70,15 @@ def counterexample(
     t0 = time.perf_counter()
     err = _err()
     r, m = search.row_key(obligation, rule, load_model)
+    try:
+        group = search.vllm_group(obligation, r, m, vllm)
+    except ParamError as e:
+        raise _from_param_error(e) from None
     stop = lambda: f"interrupted: searching {obligation}/{r}/{m} for {time.perf_counter() - t0:.1f} s"  # noqa: E731
     with ExitOnInterrupt(stop, lambda: err.show_cursor(True)), \
             err.status(f"searching {obligation}/{r}/{m} ..."):
         try:
-            found = search.search(obligation, rule, load_model)
+            found = search.search(obligation, rule, load_model, vllm)
         except ParamError as e:
             raise _from_param_error(e) from None
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
@@ -83,13 +93,14 @@ def counterexample(
     concrete_rule, concrete_model = found.concrete_rule, found.concrete_model
 
     if as_json:
-        doc = {"obligation": obligation, "rule": r, "load_model": m, "verdict": verdict,
+        doc = {"obligation": obligation, "rule": r, "load_model": m, "vllm": group,
+               "verdict": verdict,
                "depth": depth, "seconds": round(secs, 3), "detail": detail,
                "counterexample": cex}
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:
         out = _out()
-        out.print(f"[bold]{obligation}[/] rule={r} load_model={m}: [bold]{verdict}[/] "
+        out.print(f"[bold]{obligation}[/] rule={r} load_model={m} vllm={group}: [bold]{verdict}[/] "
                   f"({secs:.2f} s)", soft_wrap=True)
         out.print(OBLIGATIONS[obligation].statement, markup=False, soft_wrap=True)
         if detail:

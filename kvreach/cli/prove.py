@@ -22,6 +22,8 @@ from kvreach.cli._common import (
 from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.render import print_prove_report
 from kvreach.params import ParamError, check_load_model, check_rule
+from kvreach.proofs.matrix import check_vllm
+from kvreach.releases import RELEASES
 from kvreach.proofs.obligations import OBLIGATIONS, run_order
 
 
@@ -35,6 +37,9 @@ def prove(
                                        "(- for stdout; the table then goes to stderr)")] = None,
     junit_file: Annotated[Optional[Path], typer.Option(
         "--junit", metavar="FILE", help="write JUnit XML to FILE (- for stdout)")] = None,
+    vllm: Annotated[Optional[str], typer.Option(
+        "--vllm", metavar="X", help="only the rows about vLLM release X (one of "
+        + ", ".join(v for r in RELEASES for v in r.names) + "; default: every release)")] = None,
     no_cache: Annotated[bool, typer.Option(
         "--no-cache", help="solve every query, ignoring the result cache of unchanged "
                            "queries (the cache is also off when CI=true)")] = False,
@@ -44,6 +49,7 @@ def prove(
 
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
+    _check_choice("--vllm", vllm, check_vllm)
     if obligation is not None and obligation not in OBLIGATIONS:
         raise CliError("--obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
     if json_file is not None and junit_file is not None and str(json_file) == str(junit_file) == "-":
@@ -57,18 +63,18 @@ def prove(
     # this run only: a caller in the same process keeps its own setting)
     previous = os.environ.get(cache.ENV)
     os.environ[cache.ENV] = "0" if no_cache else "1"
-    todo = list(runner.rows_for(obligation, rule, load_model))
+    todo = list(runner.rows_for(obligation, rule, load_model, vllm))
     order = run_order(todo)  # the order pool.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
     out, err = (_err() if to_stdout else _out()), _err()
     rows: list = []
-    header = results.run_header(obligation, rule, load_model, 0.0)  # the code and time it starts with
+    header = results.run_header(obligation, rule, load_model, 0.0, vllm)  # the code and time it starts with
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     stop = lambda: (f"interrupted: {len(rows)} of {len(order)} row(s) proved in "  # noqa: E731
                     f"{time.perf_counter() - t0:.1f} s; nothing written")
     with ExitOnInterrupt(stop, before_exit=lambda: err.show_cursor(True)):
         try:
-            for row in _rows_with_progress(pool.run(obligation, rule, load_model), order, err, t0):
+            for row in _rows_with_progress(pool.run(obligation, rule, load_model, vllm=vllm), order, err, t0):
                 rows.append(row)
         except ParamError as e:
             raise _from_param_error(e) from None
@@ -118,7 +124,8 @@ def _rows_with_progress(rows, order: list, err, t0: float):
     one line per finished row (CI logs)."""
     if not err.is_terminal:
         for i, row in enumerate(rows, 1):
-            err.print(f"[{i}/{len(order)}] {row.obligation} {row.rule} {row.load_model}: "
+            err.print(f"[{i}/{len(order)}] {row.obligation} {row.rule} {row.load_model} "
+                      f"vllm {row.vllm}: "
                       f"{row.verdict}{' (cached)' if row.cached else ''} "
                       f"({'ok' if row.ok else 'NOT ok'}) {row.seconds:.2f} s "
                       f"(solver {row.solver_seconds:.2f} s), "

@@ -199,7 +199,7 @@ def _cex_line(row) -> str:
     cfg = cex.get("config", {})
     g, r = cfg.get("group", {}), cfg.get("request", {})
     lc = cex.get("lifecycle")
-    s = f"{row.obligation} {row.rule} {row.load_model}: chunk {cex.get('chunk')}"
+    s = f"{row.obligation} {row.rule} {row.load_model} vllm {row.vllm}: chunk {cex.get('chunk')}"
     if g:
         s += "; " + _config_line(g, r, lc)
     if "final_horizon_chunks" in cex:
@@ -215,7 +215,7 @@ def _prove_table(rows: list) -> Table:
     scopes = list(dict.fromkeys(r.scope for r in rows))
     table = Table(title="kvreach prove", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False, collapse_padding=True)
-    table.add_column("obligation\n  rule, load model", no_wrap=True, min_width=18)
+    table.add_column("obligation\n  rule, load model, vLLM", no_wrap=True, min_width=18)
     table.add_column("verdict", no_wrap=True)
     table.add_column("expected", no_wrap=True)
     table.add_column("ok", justify="center", no_wrap=True)
@@ -228,7 +228,7 @@ def _prove_table(rows: list) -> Table:
     for r in rows:
         vstyle = {"proved": "green", "counterexample": "yellow"}.get(r.verdict, "red")
         table.add_row(
-            f"{r.obligation}\n  [dim]{r.rule}, {r.load_model}[/]",
+            f"{r.obligation}\n  [dim]{r.rule}, {r.load_model}, {r.vllm}[/]",
             f"[{vstyle}]{r.verdict}[/]" + (" [dim](cached)[/]" if r.cached else ""), r.expected,
             "[green]✓[/]" if r.ok else "[red]✗[/]", _mark(r.non_vacuous),
             f"{r.mutant}\n  {_mark(r.mutant_rejected)}",
@@ -254,7 +254,7 @@ def print_prove_report(out: Console, rows: list, total: float) -> int:
     if details:
         out.print("[bold]details[/]:")
         for r in details:
-            out.print(f"  {r.obligation} {r.rule} {r.load_model}: {r.detail}",
+            out.print(f"  {r.obligation} {r.rule} {r.load_model} vllm {r.vllm}: {r.detail}",
                       markup=False, soft_wrap=True)
     cexs = [r for r in rows if r.verdict == "counterexample" and r.counterexample]
     if cexs:

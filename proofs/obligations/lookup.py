@@ -26,6 +26,7 @@ from kvreach.proofs.config import (
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query
 from kvreach.proofs.geometries import Geometry
 from kvreach.proofs.keep import one_shot_mask
+from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import _max, _min
 
 READ_WINDOW = "read-window"
@@ -337,6 +338,7 @@ HIT_PRESERVATION = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID),
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
+    reads=LOOKUP_PARTS,
 )
 NO_WASTE = Obligation(
     "no-waste",
@@ -348,6 +350,7 @@ NO_WASTE = Obligation(
     queries=_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
+    reads=LOOKUP_PARTS,
 )
 LOOKUP_PREFIX_SCAN = Obligation(
     "lookup-prefix-scan",
@@ -381,6 +384,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID),
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
+    reads=LOOKUP_PARTS,
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
@@ -391,6 +395,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED),
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
+    reads=LOOKUP_PARTS,
 )
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
@@ -400,6 +405,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     queries=_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
+    reads=LOOKUP_PARTS,
 )
 
 
@@ -415,7 +421,7 @@ def _run_stored(name: str, variant: str, which: str) -> Obligation:
         "static", mutant=mutants.VERIFIED_RUN_ONE_SHORT, scope=_run_stored_scope(variant),
         queries=_lookup_run_stored, rule_specific=False, model_specific=False,
         grid=_GRID_LOOKUP, split=False, lookup_variant=variant,
-        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS},
+        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS}, reads=LOOKUP_PARTS,
     )
 
 
@@ -437,6 +443,7 @@ HIT_PRESERVING_WASTES = Obligation(
            "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks"),
     queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
     grid=_GRID_W1, split=False,
+    reads=LOOKUP_PARTS,
 )
 LOOKUP_MONOTONE = Obligation(
     "lookup-monotone",
@@ -451,6 +458,7 @@ LOOKUP_MONOTONE = Obligation(
            "of _lookup_complete_chunks (one full-attention, one SWA group)"),
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
     grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
+    reads=LOOKUP_PARTS,
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kvreach.proofs import mutants, neighbours
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.framework import Obligation
+from kvreach.proofs.matrix import LOOKUP_PARTS
 
 _GRID = neighbours._geometries()
 
@@ -34,5 +35,5 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours._queries,
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
     split=False, replayable=neighbours.replayable,
-    bounds={"earlier_requests": NEIGHBOURS_REQUESTS},
+    bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS,
 )

@@ -23,6 +23,7 @@ from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import SCOPE_WORLD_VLLM
 from kvreach.proofs.framework import Ctx, Obligation
+from kvreach.proofs.matrix import WORLD_VLLM_PARTS
 from kvreach.proofs.obligations.store import (  # the world-single forms, restated over world "vllm"
     _computed_bmc, _computed_step, _once_bmc, _once_step,
 )
@@ -97,7 +98,7 @@ def _refused_step(ctx, pre, tr, post):
 
 world_vllm = functools.partial(Obligation, kind="lifecycle", model_specific=False,
                                scope=SCOPE_WORLD_VLLM + WORLD_SCOPE, rules=RULES, world="vllm",
-                               bmc_depths=(1, 2, 3))
+                               bmc_depths=(1, 2, 3), reads=WORLD_VLLM_PARTS)
 
 EXACTLY_ONCE_INCARNATION = world_vllm(
     "exactly-once-incarnation",
