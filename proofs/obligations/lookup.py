@@ -609,4 +609,5 @@ LOAD_READS_CHECKED = Obligation(
     queries=_load_reads_checked, rule_specific=False, model_specific=False,
     grid=_GRID_LOAD, split=False, replayable=_plain_later_request,
     bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
+    reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()
 )
