@@ -92,9 +92,10 @@ def single_request_content(groups, chunks_per_group, shared_tokens: int) -> Stor
 
 def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: int,
                  diverges_at: int | None = None, local_hit_tokens: int = 0,
-                 max_load_tokens: int | None = None) -> LaterLookup:
+                 max_load_tokens: int | None = None, parts=None) -> LaterLookup:
     """A later request of ``later_prompt`` tokens sharing the earlier
-    request's prompt up to ``diverges_at`` (default: all of it) looks up."""
+    request's prompt up to ``diverges_at`` (default: all of it) looks up.
+    ``parts``: the release's ``LookupParts`` (None: vLLM 0.33.0's)."""
     if not 1 <= later_prompt <= MAX_TOKENS:
         raise ParamError("later_prompt", later_prompt,
                          f"an integer between 1 and {MAX_TOKENS:,} (kvreach's limit)")
@@ -116,6 +117,8 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
                          f"at most the shared prefix ({shared} tokens): a GPU hit is a shared prefix")
     req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens)
     stored = stored_chunks(groups, trace)
-    rule = lookup(groups, req, single_request_content(groups, stored, shared))
-    dense = lookup(groups, req, single_request_content(groups, dense_chunks(groups, trace), shared))
+    kw = {} if parts is None else {"parts": parts}
+    rule = lookup(groups, req, single_request_content(groups, stored, shared), **kw)
+    dense = lookup(groups, req, single_request_content(groups, dense_chunks(groups, trace), shared),
+                   **kw)
     return LaterLookup(groups, req, shared, stored, rule, dense)
