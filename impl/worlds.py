@@ -106,7 +106,7 @@ def unchecked_chunks(outcome: LookupOutcome, content: StoreContent) -> tuple[tup
 def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: int,
                  diverges_at: int | None = None, local_hit_tokens: int = 0,
                  max_load_tokens: int | None = None, *,
-                 parts: LookupParts = VLLM_0_33,
+                 parts: LookupParts | None = VLLM_0_33,
                  evicted: tuple[tuple[int, ...], ...] = ()) -> LaterLookup:
     """A later request of ``later_prompt`` tokens sharing the earlier
     request's prompt up to ``diverges_at`` (default: all of it) looks up;
@@ -137,6 +137,7 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
     if len(evicted) > len(groups):
         raise ParamError("evicted", evicted, f"chunks of at most {len(groups)} group(s)")
     req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens)
+    parts = VLLM_0_33 if parts is None else parts
     stored = stored_chunks(groups, trace)
     gone = [set(e) for e in evicted] + [set() for _ in groups[len(evicted):]]
 

@@ -64,6 +64,7 @@ SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
 NEIGHBOURS_REQUESTS = 3  # hit-preservation-neighbours: earlier requests whose stores the tier holds
 MONOTONE_BOUND_CHUNKS = 10  # lookup-monotone: later requests of at most this many SWA chunks
 RUN_STORED_BOUND_CHUNKS = 10  # lookup-run-stored: later requests of at most this many SWA chunks
+LOAD_CHECKED_BOUND_KEYS = 12  # load-reads-checked: later requests of at most this many keys per group
 
 # Small numbers for readable counterexamples (the search only; a
 # counterexample within them is a counterexample): SymConfig field -> max,

@@ -13,6 +13,7 @@ from kvreach.impl.rules import store_step
 from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
 from kvreach.proofs.scenarios import PR_54362
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.spec.config import to_concrete
 from kvreach.spec.lifecycle import K_PREFILL, K_START, K_START_LOADED, KINDS, O_ACCEPT
 
@@ -62,17 +63,41 @@ def _v(m, x) -> int:
     return m.eval(x, model_completion=True).as_long()
 
 
+def release_of(lg: dict):
+    """The release a decoded lookup ran under (``lookup_groups["vllm"]``,
+    recorded when it is not 0.33.0's)."""
+    from kvreach.releases import DEFAULT, release
+
+    return release(lg["vllm"].split("/")[-1]) if "vllm" in lg else DEFAULT
+
+
+def lookup_parts_of(lg: dict):
+    """The twin's ``LookupParts`` of that release (``kvreach.conform``'s mapping)."""
+    from kvreach.conform import _lookup_parts
+
+    return _lookup_parts(release_of(lg))
+
+
+def _record_release(lg: dict, lk) -> None:
+    if lk.release.names != DEFAULT_RELEASE.names:
+        lg["vllm"] = lk.release.name
+
+
 def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
     """The decoded lookup groups (a counterexample's ``lookup_groups``): the
-    full-attention group, if any, then the SWA group ``g``."""
+    full-attention group, if any, then the SWA group ``g``, with the
+    release's window parts (:func:`release_of`)."""
     from kvreach.impl.lookup import LookupGroup
 
+    r = release_of(lg)
     full = () if lg["full_block_tokens"] is None else (
         LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)
     return full + (LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
                                extra_retained_tokens=lg["extra_retained_tokens"],
                                eagle=g.eagle,
-                               lookup_variant=lg.get("lookup_variant", "vllm-0.33")),)
+                               lookup_variant=lg.get("lookup_variant", "vllm-0.33"),
+                               window_extra=r.lookup_window_extra,
+                               padded_initial_window=r.padded_initial_window),)
 
 
 def later_lookup_of(trace: Trace, cex: dict):
@@ -83,7 +108,8 @@ def later_lookup_of(trace: Trace, cex: dict):
     lr = cex["later_request"]
     groups = lookup_groups_of(cex["lookup_groups"], trace.group)
     return later_lookup(groups, trace, lr["num_tokens"], lr["shared_tokens"],
-                        lr["local_hit_tokens"], lr["max_load_tokens"])
+                        lr["local_hit_tokens"], lr["max_load_tokens"],
+                        parts=lookup_parts_of(cex["lookup_groups"]))
 
 
 def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None) -> list[int]:
@@ -95,6 +121,9 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
         return replay(cex)
     if obligation.startswith("no-waste"):  # and its lookup variant's row
         return unloaded_kept_chunk(cex)
+    if obligation == "load-reads-checked":  # the twin's unchecked loads (proofs/obligations/lookup.py)
+        from kvreach.proofs.obligations.lookup import replay_load_reads_checked
+        return replay_load_reads_checked(cex)
     if trace is None:  # a static obligation with no store trace (lookup-monotone)
         return []
     stored = list(trace.stored)
@@ -155,6 +184,7 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
             "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}
         if lk.variant != "vllm-0.33":
             out["lookup_groups"]["lookup_variant"] = lk.variant
+        _record_release(out["lookup_groups"], lk)
         out["later_request"] = {
             "num_tokens": _v(m, lk.num_tokens), "shared_tokens": _v(m, ctx.shared),
             "local_hit_tokens": _v(m, lk.local_hit_tokens),
@@ -260,7 +290,7 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
         content = StoreContent.of_chunks(
             [range(shared // gr.chunk_tokens) for gr in groups[:-1]]
             + [[k for k in kept if (k + 1) * g.chunk_tokens <= shared]])
-        if c in lookup(groups, LaterRequest(T), content).loaded[-1]:
+        if c in lookup(groups, LaterRequest(T), content, parts=lookup_parts_of(lg)).loaded[-1]:
             return []
     return [c]
 
@@ -278,6 +308,7 @@ def decode_static(m, ctx) -> dict:
                      "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
         if lk.variant != "vllm-0.33":
             extra["lookup_groups"]["lookup_variant"] = lk.variant
+        _record_release(extra["lookup_groups"], lk)
     else:
         extra = {}
     return extra | {

@@ -57,6 +57,7 @@ import z3
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.framework import Ctx, Query
 from kvreach.proofs.keep import one_shot_mask
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.spec.config import _max, _min
 
 NAME = "hit-preservation-neighbours"
@@ -191,6 +192,8 @@ def decode(m, ctx: Ctx) -> dict:
                           "max_load_tokens": v(lk.max_load_tokens) if b(lk.has_max_load) else None},
         "chunk": v(ctx.c), "spec_dense_hit_tokens": v(t["dense"].hit_tokens),
     }
+    if lk.release.names != DEFAULT_RELEASE.names:  # the twin looks up under the same release
+        out["lookup_groups"]["vllm"] = lk.release.name
     got, dense, swa = twin(out)  # recorded here; replay() is the check
     out |= {"twin_hit_tokens": got.hit_tokens, "twin_dense_hit_tokens": dense.hit_tokens,
             "lost_chunks": lost_chunks(out, dense, swa) if (dense.hit_tokens or 0) > (got.hit_tokens or 0) else []}
@@ -205,10 +208,11 @@ def twin(cex: dict, rule: str | None = None):
     from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
-    from kvreach.proofs.decode import lookup_groups_of
+    from kvreach.proofs.decode import lookup_groups_of, lookup_parts_of
 
     g = GroupConfig(**cex["config"]["group"])
     groups = lookup_groups_of(cex["lookup_groups"], g)
+    parts = lookup_parts_of(cex["lookup_groups"])
     swa, full = set(), 0
     for q in cex["requests"]:
         rq = RequestConfig(**(cex["config"]["request"] | {"prompt_tokens": q["prompt_tokens"]}))
@@ -219,8 +223,9 @@ def twin(cex: dict, rule: str | None = None):
     lr = cex["later_request"]
     req = LaterRequest(lr["num_tokens"], lr["local_hit_tokens"], lr["max_load_tokens"])
     fulls = [range(full // gr.chunk_tokens) for gr in groups[:-1]]
-    got = lookup(groups, req, StoreContent.of_chunks(fulls + [sorted(swa)]))
-    dense = lookup(groups, req, StoreContent.of_chunks(fulls + [range(full // g.chunk_tokens)]))
+    got = lookup(groups, req, StoreContent.of_chunks(fulls + [sorted(swa)]), parts=parts)
+    dense = lookup(groups, req, StoreContent.of_chunks(fulls + [range(full // g.chunk_tokens)]),
+                   parts=parts)
     return got, dense, swa
 
 

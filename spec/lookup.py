@@ -1,8 +1,13 @@
-"""vLLM 0.33.0's offload lookup (Z3): the load path that defines *loadable*.
+"""vLLM's offload lookup (Z3), 0.29.0 to 0.33.0: the load path that defines
+*loadable*.
 
 The Z3 twin of ``kvreach.impl.lookup``, written from vLLM's lookup code
 (``vllm/distributed/kv_transfer/kv_connector/v1/offloading/``), not from the
-store mask's assumption about it. Each element names what it models:
+store mask's assumption about it. The release whose parts apply is
+``LookupSym.release`` (a ``kvreach.releases.Release``, default 0.33.0), read
+as plain Python when the terms are built, so each release's lookup is its
+own Z3 term and 0.33.0's is the one this module always built. Each element
+names what it models (0.33.0's unless a part says otherwise):
 
 - :func:`window_chunks`: ``config.py`` ``get_sliding_window_size_in_chunks``.
 - :func:`load_window_chunks`: ``GroupOffloadConfig.load_window_size_in_chunks``.
@@ -16,13 +21,40 @@ store mask's assumption about it. Each element names what it models:
   ``update_state_after_alloc`` loads (with ``SlidingWindowManager``'s null
   padding, ``get_num_skipped_tokens``).
 
+The release's parts (``Release`` fields) the spec reads:
+
+- ``lookup_window_extra`` (False: 0.29.0, 0.30.0): the window is ``cdiv(W,
+  C)`` and the padded initial window ``cdiv(W - 1 + padding, C)``, no
+  ``extra_retained_tokens`` in either. The load's skipped tokens keep it:
+  ``SlidingWindowManager.get_num_skipped_tokens`` subtracts
+  ``extra_retained_tokens`` in every release, and ``update_state_after_alloc``
+  loads from the first fresh non-null block in each.
+- ``padded_initial_window`` (False: 0.29.0): the first run needs the window,
+  not ``load_window_size_in_chunks``.
+- ``eagle_widening``: the unverified EAGLE group's query is one chunk wider
+  for ``"every group"`` (0.30.0 on) or for SWA groups only (0.29.0). For the
+  spec's groups this matters only when the full-attention group is an EAGLE
+  group (``LookupSym.full_eagle``, off unless a caller makes it symbolic)
+  whose unwidened query stops short of its last key (a ``max_load_tokens``
+  cap, read from 0.31.0 on, or a one-token chunk): 0.29.0 then pops a chunk
+  off a prefix it never widened.
+- ``max_load_tokens`` (False: 0.29.0, 0.30.0): the lookup ignores
+  ``LookupSym.has_max_load`` / ``max_load_tokens``, as those releases'
+  ``_lookup_complete_chunks`` never reads ``kv_transfer_params``.
+- ``mask_window_extra`` (:func:`link`): the store mask's window is
+  ``sliding_window + extra_retained_tokens`` or ``sliding_window`` alone.
+
+Outside the spec's scope (the twin has them): ``pending`` (the manager
+answers HIT or MISS here, so 0.29.0's sticky HIT_PENDING deferral never
+arises) and ``max_num_new_tokens`` (none is passed: vLLM's scheduler passes
+none).
+
 Scope of :func:`lookup` (the executable twin covers more, and is checked
 against vLLM itself in tests/vllm/test_lookup_vllm.py): at most one
 full-attention group and exactly one SWA group, so ``_lookup_complete_chunks``
 makes one pass (a second pass needs two SWA groups, or a deferral); the
 manager answers HIT or MISS (deferral is modelled in the scan obligation and in
-the twin); ``max_num_new_tokens`` is None (vLLM's scheduler passes none); no
-partial tails, no Mamba groups.
+the twin); no partial tails, no Mamba groups.
 
 The scan and the lookup are quantifier-free over at most ``bound`` keys: the
 caller's premises must keep the scanned key counts inside the bound
@@ -66,20 +98,33 @@ def forall_in(lo, hi, pred: Pred, bound: int) -> z3.BoolRef:
 LOOKUP_VARIANTS = ("vllm-0.33", "read-window")
 
 
-def window_chunks(W, extra, C, variant: str = "vllm-0.33"):
+def window_chunks(W, extra, C, variant: str = "vllm-0.33",
+                  release: Release = DEFAULT_RELEASE):
     """``get_sliding_window_size_in_chunks``: ``max(ceil(W / C), ceil((W - 1 +
     extra_retained_tokens) / C))``. ``variant="read-window"``: ``max(1,
     ceil((W - 1 + extra) / C))``, the chunks the load reads before a
-    chunk-aligned hit."""
+    chunk-aligned hit. A release without ``lookup_window_extra`` (0.29.0's
+    and 0.30.0's ``scheduler.py``): ``ceil(W / C)``, whatever the variant (as
+    the twin's ``LookupGroup.window_chunks``)."""
     assert variant in LOOKUP_VARIANTS, variant
+    if not release.lookup_window_extra:
+        return cdiv(W, C)
     if variant == "read-window":
         return _max(1, cdiv(W - 1 + extra, C))
     return _max(cdiv(W, C), cdiv(W - 1 + extra, C))
 
 
-def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-0.33"):
+def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-0.33",
+                       release: Release = DEFAULT_RELEASE):
     """``GroupOffloadConfig.load_window_size_in_chunks``: widened by the right
-    padding ``-candidate_end % C`` of a candidate end that is not chunk-aligned."""
+    padding ``-candidate_end % C`` of a candidate end that is not chunk-aligned
+    (0.30.0's: without ``extra_retained_tokens``). A release without
+    ``padded_initial_window`` (0.29.0 has no such method): the window."""
+    if not release.padded_initial_window:
+        return window_chunks(W, extra, C, variant, release)
+    if not release.lookup_window_extra:
+        return _max(window_chunks(W, extra, C, variant, release),
+                    cdiv(W - 1 + (-candidate_end_tokens) % C, C))
     return _max(window_chunks(W, extra, C, variant),
                 cdiv(W - 1 + extra + (-candidate_end_tokens) % C, C))
 
@@ -216,7 +261,10 @@ class LookupSym:
     num_tokens, local_hit_tokens, has_max_load / max_load_tokens: the later request;
     variant: the lookup variant (:data:`LOOKUP_VARIANTS`, not symbolic);
     release: the vLLM release whose lookup parts apply (``kvreach.releases``,
-    not symbolic; default 0.33.0).
+    not symbolic; default 0.33.0);
+    full_eagle: the full-attention group is an EAGLE/MTP draft group
+    (``is_eagle_group``; 0.29.0's spec decode with no annotated group makes
+    every group one); None: it is not one (the lookup then has no such term).
     """
 
     has_full: z3.BoolRef
@@ -232,10 +280,13 @@ class LookupSym:
     max_load_tokens: z3.ArithRef
     variant: str = "vllm-0.33"
     release: Release = DEFAULT_RELEASE
+    full_eagle: z3.BoolRef | None = None
 
     @staticmethod
     def fresh(prefix: str = "lk_", variant: str = "vllm-0.33",
-              release: Release = DEFAULT_RELEASE) -> "LookupSym":
+              release: Release = DEFAULT_RELEASE, full_eagle: bool = False) -> "LookupSym":
+        """Fresh symbols; ``full_eagle``: the full-attention group's EAGLE
+        flag is a symbol too (else the group is not an EAGLE group)."""
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
         return LookupSym(
@@ -245,6 +296,7 @@ class LookupSym:
             num_tokens=I("num_tokens"), local_hit_tokens=I("local_hit_tokens"),
             has_max_load=Bo("has_max_load"), max_load_tokens=I("max_load_tokens"),
             variant=variant, release=release,
+            full_eagle=Bo("full_eagle") if full_eagle else None,
         )
 
     @property
@@ -318,32 +370,44 @@ def prefix_keys(full_chunks, swa_chunks) -> Keys:
     )
 
 
-def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
+def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0,
+           load_early_by: int = 0) -> LookupTerms:
     """``_lookup_complete_chunks`` (one pass) and the loaded chunk ranges
     against the manager's answers ``keys`` (:func:`bounded_keys`,
     :func:`prefix_keys`). ``widen_initial_by`` > 0 is the mutant of the
-    obligation ``lookup-monotone`` (an initial run that many chunks wider)."""
+    obligation ``lookup-monotone`` (an initial run that many chunks wider);
+    ``load_early_by`` > 0 the mutant of ``load-reads-checked`` (the SWA load
+    starting that many chunks before ``update_state_after_alloc``'s first
+    fresh block's chunk, not below chunk 0)."""
     local, T, C, Cf = s.local_hit_tokens, s.num_tokens, s.C, s.C_full
-    m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T)
+    r = s.release
+    # kv_transfer_params["max_load_tokens"]: read from 0.31.0 on
+    max_load = r.max_load_tokens
+    m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T) if max_load else T
     m = m - 1  # an SWA group exists: the last prompt token is recomputed
     zero = []
     # full-attention group (prefix lookup)
     m1 = _min(m, T / Cf * Cf)
-    m1 = z3.If(s.has_max_load, m1 / Cf * Cf, m1)
+    m1 = z3.If(s.has_max_load, m1 / Cf * Cf, m1) if max_load else m1
     f_start, f_stop = local / Cf, cdiv(m1, Cf)
+    if s.full_eagle is not None and r.eagle_widening == "every group":
+        # an unverified EAGLE group queries one chunk more (0.30.0 on)
+        f_stop = z3.If(s.full_eagle, _min(cdiv(_min(m1 + Cf, T / Cf * Cf), Cf), T / Cf), f_stop)
     f_end, f_side = keys.full_end(f_start, f_stop)
-    m2 = _min(m1, Cf * f_end)
+    f_hit_end = f_end if s.full_eagle is None else f_end - z3.If(s.full_eagle, 1, 0)  # EAGLE pop
+    m2 = _min(m1, Cf * f_hit_end)
     zero.append(z3.And(s.has_full, z3.Or(m1 - local < Cf, f_end == f_start, m2 - local < Cf)))
     m2 = z3.If(s.has_full, m2, m)
     # SWA group (right-to-left scan), EAGLE pop
     n_keys = T / C
     m3 = _min(m2, n_keys * C)
-    m3 = z3.If(s.has_max_load, m3 / C * C, m3)
+    m3 = z3.If(s.has_max_load, m3 / C * C, m3) if max_load else m3
     query_max = z3.If(s.eagle, _min(m3 + C, n_keys * C), m3)
     num_chunks = _min(cdiv(query_max, C), n_keys)
     start = local / C
-    w = window_chunks(s.W, s.extra, C, s.variant) + s.shift
-    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.shift) * C), s.variant) + s.shift
+    w = window_chunks(s.W, s.extra, C, s.variant, r) + s.shift
+    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.shift) * C), s.variant,
+                            r) + s.shift
     w0 = w0 + widen_initial_by
     n = _max(0, num_chunks - start)
     scan = keys.swa_scan(start, n, w, w0)
@@ -351,13 +415,17 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
     zero.append(z3.Or(m3 - local < C, scan.end == 0, m4 - local < C))
     hit = z3.If(z3.Or(zero), 0, m4 - local)
     verified = (start + _max(0, scan.end - run_length(scan.end, n, w, w0)), start + scan.end)
-    # update_state_after_alloc: loaded chunk ranges
+    # update_state_after_alloc: loaded chunk ranges (the same in every release:
+    # get_num_skipped_tokens counts extra_retained_tokens from 0.29.0 on)
     total = local + hit
     B = s.B
     skipped_blocks = _max(0, total - s.W + 1 - s.extra) / B
     swa_start_block = _max(cdiv(local, B), skipped_blocks)
     swa_loads = z3.And(hit > 0, swa_start_block < cdiv(total, B))
-    swa_loaded = (z3.If(swa_loads, swa_start_block / s.bpc, 0), z3.If(swa_loads, cdiv(total, C), 0))
+    swa_start_chunk = swa_start_block / s.bpc
+    if load_early_by:
+        swa_start_chunk = _max(0, swa_start_chunk - load_early_by)
+    swa_loaded = (z3.If(swa_loads, swa_start_chunk, 0), z3.If(swa_loads, cdiv(total, C), 0))
     full_loads = z3.And(s.has_full, hit > 0)
     full_loaded = (z3.If(full_loads, cdiv(local, s.full_block_tokens) / s.bpc, 0),
                    z3.If(full_loads, cdiv(total, Cf), 0))
@@ -369,11 +437,15 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0) -> LookupTerms:
 def link(s: SymConfig, lk: LookupSym) -> z3.BoolRef:
     """The lookup's groups are the store configuration's: the same SWA block,
     ``blocks_per_chunk`` and EAGLE flag; the store mask's window is
-    ``sliding_window + extra_retained_tokens``; the alignment is the
+    ``sliding_window + extra_retained_tokens`` (``_reachable_store_block_mask``
+    widens the spec), or ``sliding_window`` alone for a release without
+    ``mask_window_extra`` (0.29.0's ``is_store_reachable_swa_chunk``, 0.30.0's
+    mask); the alignment is the
     full-attention group's chunk (``SchedulerOffloadConfig.from_spec``), or the
     SWA chunk when the SWA group is the only group. (Two full-attention chunk
     sizes, no alignment, are outside this link.)"""
+    mask_window = lk.W + lk.extra if lk.release.mask_window_extra else lk.W
     return z3.And(
-        lk.B == s.B, lk.bpc == s.bpc, s.W == lk.W + lk.extra, lk.eagle == s.eagle,
+        lk.B == s.B, lk.bpc == s.bpc, s.W == mask_window, lk.eagle == s.eagle,
         s.has_align, z3.If(lk.has_full, s.A == lk.C_full, s.A == s.C),
     )

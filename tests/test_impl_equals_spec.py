@@ -351,3 +351,181 @@ def test_boundary_check_rejects_replay_run_mutants(side):
         assert _keep_differs(g, r, ev, **short) == [_replay_run_first_chunk(g, r)], (g, r)
         caught += 1
     assert caught == 16
+
+
+# ---------------------------------------------------------------------------
+# the offload lookup of every vLLM release (kvreach.releases)
+# ---------------------------------------------------------------------------
+#
+# One record's parts on both sides: the spec reads them from
+# ``LookupSym.release``, the twin takes the parameters ``kvreach.conform``
+# maps the record to (``_lookup_group``, ``_lookup_parts``: the mapping
+# ``kvreach conform`` checks each release's wheel against). Cases are drawn
+# inside the spec's scope (one full-attention group, possibly an EAGLE group,
+# and one SWA group; HIT / MISS answers; no max_num_new_tokens).
+
+import dataclasses
+import math
+import random
+
+from kvreach import releases
+from kvreach.conform import _lookup_group, _lookup_parts
+from kvreach.impl import lookup as ilookup
+from kvreach.impl import release_rules
+from kvreach.spec import lookup as slookup
+from kvreach.spec.config import SymConfig
+from kvreach.spec.evaluate import Pinned, lookup_values
+
+# The lookup parts the spec models, each with its other value.
+LOOKUP_PART_FLIPS = {
+    "lookup_window_extra": lambda v: not v,
+    "padded_initial_window": lambda v: not v,
+    "eagle_widening": lambda v: "SWA groups" if v == "every group" else "every group",
+    "max_load_tokens": lambda v: not v,
+}
+RELEASE_IDS = [r.name for r in releases.RELEASES]
+LOOKUP_CASES = 40 * SCALE  # compared per release
+WITNESS_DRAWS = 3000  # twin-only draws searched for a case where one part matters
+
+
+def _flip(r: releases.Release, part: str) -> releases.Release:
+    return dataclasses.replace(r, **{part: LOOKUP_PART_FLIPS[part](getattr(r, part))})
+
+
+def _lookup_case(rnd: random.Random) -> dict:
+    """A later request, its groups and the store's HIT chunks. The full
+    block is not always a multiple of the SWA block (a hit ending inside an
+    SWA chunk), extra_retained_tokens often > 0, the full group sometimes an
+    EAGLE group, max_load_tokens sometimes set."""
+    B = rnd.choice([2, 3, 4, 6, 8])
+    bpc = rnd.randint(1, 3)
+    C = B * bpc
+    fb = rnd.choice([None, B, 2 * B, 3 * B, 1, 2, 3, 6])
+    T = rnd.randint(1, 14 * C)
+    unit = B if fb is None else math.lcm(B, fb)
+    local = rnd.randint(0, T // unit) * unit if rnd.random() < 0.3 else 0
+    n_swa, n_full = T // C, (T // (fb * bpc) if fb else 0)
+    kind = rnd.choice(["dense", "random", "holes"])
+    if kind == "dense":
+        swa = set(range(n_swa))
+    elif kind == "random":
+        swa = {c for c in range(n_swa) if rnd.random() < 0.7}
+    else:
+        swa = set(range(n_swa)) - {rnd.randrange(max(1, n_swa)) for _ in range(rnd.randint(1, 2))}
+    full = set(range(n_full)) if rnd.random() < 0.7 else set(range(rnd.randint(0, n_full)))
+    return dict(
+        full_block=fb, B=B, bpc=bpc, W=rnd.randint(1, 6 * B),
+        extra=rnd.choice([0, 0, 1, 3, B, 2 * B]), eagle=rnd.random() < 0.25,
+        full_eagle=(rnd.random() < 0.3) if fb else None, T=T, local=local,
+        max_load=rnd.randint(0, T) if rnd.random() < 0.4 else None,
+        full=sorted(full), swa=sorted(swa))
+
+
+def _rng(x: range) -> tuple[int, int]:
+    return (x.start, x.stop) if len(x) else (0, 0)
+
+
+def _twin_lookup(x: dict, r: releases.Release) -> tuple:
+    """(hit tokens, SWA loaded chunks, full loaded chunks) of the twin with
+    the record's parameters."""
+    groups = ([_lookup_group(x["full_block"], x["bpc"], None, 0, bool(x["full_eagle"]), r)]
+              if x["full_block"] else []) + [
+        _lookup_group(x["B"], x["bpc"], x["W"], x["extra"], x["eagle"], r)]
+    req = ilookup.LaterRequest(x["T"], x["local"], x["max_load"])
+    content = ilookup.StoreContent.of_chunks(([x["full"]] if x["full_block"] else []) + [x["swa"]])
+    hit = ilookup.lookup_hit_tokens(groups, req, content, _lookup_parts(r))
+    loaded = ilookup.loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
+    return hit, _rng(loaded[-1]), (_rng(loaded[0]) if x["full_block"] else (0, 0))
+
+
+def _spec_lookup(x: dict, r: releases.Release) -> tuple:
+    v = lookup_values(
+        full_block_tokens=x["full_block"], swa_block_tokens=x["B"], blocks_per_chunk=x["bpc"],
+        window=x["W"], extra_retained_tokens=x["extra"], eagle=x["eagle"], num_tokens=x["T"],
+        local_hit_tokens=x["local"], max_load_tokens=x["max_load"], full_chunks=x["full"],
+        swa_chunks=x["swa"], release=r, full_eagle=x["full_eagle"])
+    hit = v["hit_tokens"]
+    swa = v["swa_loaded"] if v["swa_loaded"][0] < v["swa_loaded"][1] else (0, 0)
+    fl = v["full_loaded"]
+    full = fl if x["full_block"] and fl[0] < fl[1] else (0, 0)
+    return hit, swa, full
+
+
+def _first_difference(cases, spec_release, impl_release):
+    """The first case where the spec under ``spec_release`` and the twin
+    under ``impl_release`` differ (hit or a loaded range), or None."""
+    for x in cases:
+        s, t = _spec_lookup(x, spec_release), _twin_lookup(x, impl_release)
+        if s != t:
+            return x, s, t
+    return None
+
+
+def _witnesses(r: releases.Release, part: str, k: int = 2) -> list[dict]:
+    """Up to ``k`` drawn cases where flipping ``part`` changes the twin's
+    answer under ``r`` (twin only: cheap)."""
+    rnd, out = random.Random(f"{r.name}/{part}"), []
+    flipped = _flip(r, part)
+    for _ in range(WITNESS_DRAWS):
+        x = _lookup_case(rnd)
+        if _twin_lookup(x, r) != _twin_lookup(x, flipped):
+            out.append(x)
+            if len(out) == k:
+                break
+    return out
+
+
+@pytest.mark.parametrize("r", releases.RELEASES, ids=RELEASE_IDS)
+def test_lookup_equals_spec_per_release(r):
+    """Every release record: the spec's lookup equals the twin's on random
+    cases and on cases where each lookup part matters (found by flipping it
+    in the twin: the part changes the answer there)."""
+    rnd = random.Random(f"lookup/{r.name}")
+    cases = [_lookup_case(rnd) for _ in range(LOOKUP_CASES)]
+    for part in LOOKUP_PART_FLIPS:
+        cases += _witnesses(r, part)
+    assert _first_difference(cases, r, r) is None
+
+
+@pytest.mark.parametrize("side", ["spec", "impl"])
+@pytest.mark.parametrize("part", list(LOOKUP_PART_FLIPS))
+def test_lookup_comparison_rejects_one_part_plants(part, side):
+    """A one-part change of a record on one side only (the spec's
+    ``LookupSym.release``, or the record the twin's parameters are mapped
+    from) is told apart, for every release, on drawn cases where the part
+    changes the twin's answer (``eagle_widening`` only where the
+    full-attention group is an EAGLE group whose unwidened query stops short
+    of its last key: a ``max_load_tokens`` cap, or a one-token chunk)."""
+    for r in releases.RELEASES:
+        ws = _witnesses(r, part)
+        assert ws, f"no drawn case where {part} matters for {r.name}"
+        plant = _flip(r, part)
+        spec_r, impl_r = (plant, r) if side == "spec" else (r, plant)
+        assert _first_difference(ws, spec_r, impl_r) is not None, (r.name, part, side)
+
+
+def _spec_mask_window(r: releases.Release, W: int, extra: int) -> int:
+    """``SymConfig.W`` under ``spec.lookup.link`` for a lookup group of
+    window ``W`` and ``extra`` (evaluated, both checks)."""
+    s = SymConfig.fresh("mw_")
+    lk = slookup.LookupSym.fresh("mw_lk_", release=r)
+    ev = Pinned(z3.And(s.well_formed(), lk.well_formed(), slookup.link(s, lk), lk.W == W,
+                       lk.extra == extra), f"window {W}, extra {extra}")
+    return ev.value(s.W)
+
+
+@pytest.mark.parametrize("plant", [None, "spec", "impl"])
+def test_mask_window_equals_spec_per_release(plant):
+    """The store mask's window: ``spec.lookup.link``'s ``SymConfig.W`` equals
+    ``impl.release_rules.mask_group``'s ``mask_window_tokens`` for every
+    record (window + extra from 0.31.0 on, the window alone before); a
+    flipped ``mask_window_extra`` on one side differs wherever extra > 0."""
+    for r in releases.RELEASES:
+        other = dataclasses.replace(r, mask_window_extra=not r.mask_window_extra)
+        spec_r, impl_r = {None: (r, r), "spec": (other, r), "impl": (r, other)}[plant]
+        for W, extra in [(2, 0), (17, 0), (4, 4), (17, 5), (128, 3)]:
+            g = GroupConfig(block_size=4, window=W, alignment_tokens=4,
+                            extra_retained_tokens=extra)
+            same = _spec_mask_window(spec_r, W, extra) == \
+                release_rules.mask_group(impl_r, g).mask_window_tokens
+            assert same == (plant is None or extra == 0), (r.name, W, extra, plant)

@@ -39,6 +39,7 @@ ALL: list[Obligation] = [
     lookup.LOOKUP_RUN_STORED_READ_WINDOW,
     lookup.HIT_PRESERVING_WASTES,
     lookup.LOOKUP_MONOTONE,
+    lookup.LOAD_READS_CHECKED,
     restarts.EXACTLY_ONCE_INCARNATION,
     restarts.EXACTLY_ONCE_RESTARTS,
     restarts.COMPUTED_BEFORE_STORED_RESTARTS,

@@ -20,9 +20,11 @@ import z3
 from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import (
-    MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS, SCAN_BOUND_KEYS, scope_grid,
+    LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
+    SCAN_BOUND_KEYS, scope_grid,
 )
-from kvreach.proofs.framework import Ctx, Obligation, Query
+from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query
+from kvreach.proofs.geometries import Geometry
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import _max, _min
@@ -122,7 +124,7 @@ def _no_waste(ctx: Ctx):
                          z3.Implies(s.prompt_only, off <= s.P), kept(c)]
     fails = []
     for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
-        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant)
+        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant, ctx.release)
         shared = _min(T, off)
         prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
                  z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
@@ -201,7 +203,7 @@ def _lookup_monotone(ctx: Ctx):
     full_x, swa_x = z3.Function("mono_full_added", I, Bo), z3.Function("mono_swa_added", I, Bo)
     out = []
     for variant in ("vllm-0.33", READ_WINDOW):
-        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant)
+        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant, ctx.release)
         same = [] if lk is ctx.lk else [
             getattr(lk, f) == getattr(ctx.lk, f) for f in (
                 "full_block_tokens", "B", "bpc", "W", "extra", "num_tokens",
@@ -263,7 +265,7 @@ def _hit_preserving_wastes(ctx: Ctx):
     from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
 
     s, lk = ctx.s, ctx.lk
-    wk = LookupSym.fresh("hw_witness_", lk.variant)
+    wk = LookupSym.fresh("hw_witness_", lk.variant, ctx.release)
     seen, seen_w = z3.Int("hw_dense_seen_tokens"), z3.Int("hw_witness_seen_tokens")
 
     def dense(k, tokens):  # a prefix store as far as the later request shares it
@@ -457,4 +459,155 @@ LOOKUP_MONOTONE = Obligation(
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
     grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
     reads=LOOKUP_PARTS,
+)
+
+
+# --- load-reads-checked -------------------------------------------------------
+
+
+_FULL_EAGLE = "later_full_eagle"  # the later request's full-attention group is an EAGLE group
+
+
+def _load_lookup(ctx: Ctx):
+    """The later request of ``load-reads-checked``: ``ctx.lk`` with the
+    full-attention group's EAGLE flag a symbol too, its lookup against any
+    HIT / MISS answers per key of each group (uninterpreted), and the
+    answers."""
+    from kvreach.spec.lookup import bounded_keys, lookup
+
+    I, Bo = z3.IntSort(), z3.BoolSort()
+    full, swa = z3.Function("lrc_full_hit", I, Bo), z3.Function("lrc_swa_hit", I, Bo)
+    lk = replace(ctx.lk, full_eagle=z3.Bool(_FULL_EAGLE))
+    t = lookup(lk, bounded_keys(full, swa, LOAD_CHECKED_BOUND_KEYS, "lrc"),
+               load_early_by=ctx.mutant.get("load_early_by", 0))
+    return lk, t, full, swa
+
+
+def _load_reads_checked(ctx: Ctx):
+    """A chunk ``update_state_after_alloc`` passes to ``prepare_load`` (the
+    spec's ``swa_loaded`` / ``full_loaded`` ranges) that the manager does
+    not answer HIT (``bounded_keys``' ``swa_hit`` / ``full_hit``). The
+    lookup's groups are the geometry's (its SWA block, ``blocks_per_chunk``,
+    EAGLE flag, window, extra, full-attention block); the store
+    configuration's other parameters play no part, so its alignment need not
+    be one the store side's scope admits (the 0.29.0 case's full block 2
+    under an SWA block 4). Records the decoder (``ctx.decode``)."""
+    lk, t, full, swa = _load_lookup(ctx)
+    s, c = ctx.s, z3.Int("lrc_unchecked_chunk")
+    K = LOAD_CHECKED_BOUND_KEYS  # bounded_keys unrolls chunk indices 0 .. K - 1 of each group
+    prem = [*ctx.pins, lk.well_formed(), lk.B == s.B, lk.bpc == s.bpc, lk.eagle == s.eagle,
+            lk.num_tokens <= K * lk.C, z3.Implies(lk.has_full, lk.num_tokens <= K * lk.C_full),
+            t.scope] + t.side
+    unchecked = z3.Or(
+        z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1], z3.Not(swa(c))),
+        z3.And(t.full_loaded[0] <= c, c < t.full_loaded[1], z3.Not(full(c))))
+    ctx.decode = lambda m, ctx: decode_load_reads_checked(m, ctx)  # decode.decode_static calls it
+    return [Query(prem, unchecked)]
+
+
+def decode_load_reads_checked(m, ctx: Ctx) -> dict:
+    """A ``load-reads-checked`` model: the release, the groups, the later
+    request, the store (each group's HIT chunks among the keys it has) and
+    what the spec's lookup answers and loads."""
+    lk, t, full, swa = _load_lookup(ctx)
+    v = lambda x: m.eval(x, model_completion=True)  # noqa: E731
+    num = lambda x: v(x).as_long()  # noqa: E731
+    yes = lambda x: z3.is_true(v(x))  # noqa: E731
+    has_full, T = yes(lk.has_full), num(lk.num_tokens)
+    C, Cf = num(lk.C), num(lk.C_full)
+    return {
+        "world": "single", "vllm": ctx.release.name,
+        "lookup_groups": {
+            "full_block_tokens": num(lk.full_block_tokens) if has_full else None,
+            "full_eagle": yes(lk.full_eagle) if has_full else False,
+            "swa_block_tokens": num(lk.B), "blocks_per_chunk": num(lk.bpc),
+            "window": num(lk.W), "extra_retained_tokens": num(lk.extra), "eagle": yes(lk.eagle)},
+        "later_request": {
+            "num_tokens": T, "local_hit_tokens": num(lk.local_hit_tokens),
+            "max_load_tokens": num(lk.max_load_tokens) if yes(lk.has_max_load) else None},
+        "store": {"full_hit_chunks": ([k for k in range(T // Cf) if yes(full(k))]
+                                      if has_full else []),
+                  "swa_hit_chunks": [k for k in range(T // C) if yes(swa(k))]},
+        "spec": {"hit_tokens": num(t.hit_tokens),
+                 "swa_loaded": [num(x) for x in t.swa_loaded],
+                 "full_loaded": [num(x) for x in t.full_loaded] if has_full else [0, 0]},
+    }
+
+
+def replay_load_reads_checked(cex: dict) -> list[int]:
+    """The decoded case through the twin (``kvreach.impl.lookup``, with the
+    parameters ``kvreach.conform`` maps the release record to): the SWA
+    chunks, and the full-attention chunks as ``-1 - c``, it loads that the
+    store does not hold; [] unless the twin's hit and loads are the spec's."""
+    from kvreach.conform import _lookup_group, _lookup_parts
+    from kvreach.impl import lookup as il
+    from kvreach.releases import release
+
+    r = release(cex["vllm"].split("/")[0])
+    g, q, st = cex["lookup_groups"], cex["later_request"], cex["store"]
+    groups = ([_lookup_group(g["full_block_tokens"], g["blocks_per_chunk"], None, 0,
+                             g["full_eagle"], r)] if g["full_block_tokens"] else []) + [
+        _lookup_group(g["swa_block_tokens"], g["blocks_per_chunk"], g["window"],
+                      g["extra_retained_tokens"], g["eagle"], r)]
+    req = il.LaterRequest(q["num_tokens"], q["local_hit_tokens"], q["max_load_tokens"])
+    content = il.StoreContent.of_chunks(
+        ([st["full_hit_chunks"]] if g["full_block_tokens"] else []) + [st["swa_hit_chunks"]])
+    hit = il.lookup_hit_tokens(groups, req, content, _lookup_parts(r))
+    loaded = il.loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
+    cex["twin"] = {"hit_tokens": hit, "swa_loaded": [loaded[-1].start, loaded[-1].stop]
+                   if len(loaded[-1]) else [0, 0]}
+    spec = cex["spec"]
+    same = hit == spec["hit_tokens"] and (
+        not len(loaded[-1]) or [loaded[-1].start, loaded[-1].stop] == spec["swa_loaded"])
+    if not same:
+        return []
+    out = [c for c in loaded[-1] if c not in set(st["swa_hit_chunks"])]
+    if g["full_block_tokens"]:
+        out += [-1 - c for c in loaded[0] if c not in set(st["full_hit_chunks"])]
+    return out
+
+
+def _plain_later_request(ctx: Ctx) -> list[list]:
+    """No GPU-local hit and no ``max_load_tokens`` (the shape a replay on
+    vLLM's own scheduler runs, as F11's two cases), first with no EAGLE
+    group at all."""
+    plain = [ctx.lk.local_hit_tokens == 0, z3.Not(ctx.lk.has_max_load)]
+    return [plain + [z3.Not(ctx.lk.eagle), z3.Not(z3.Bool(_FULL_EAGLE))], plain]
+
+
+# The two cases of docs/findings.md F11, as geometries: 0.29.0's (a hit ending
+# two tokens into an SWA chunk, the full-attention group an EAGLE group) and
+# 0.30.0's (extra_retained_tokens > 0), run first so that a release's
+# counterexample decodes to its case where it has one.
+_F11_029 = Geometry("F11 0.29.0 case: full block 2, SWA block 4, window 8", 2, 4, 8)
+_F11_030 = Geometry("F11 0.30.0 case: SWA only, block 2, window 4, extra 4", None, 2, 4, extra=4)
+_GRID_LOAD = (_F11_029, _F11_030) + _GRID_LOOKUP
+
+LOAD_EARLY = Mutant(  # spec.lookup.lookup
+    "load-one-chunk-early", {"load_early_by": 1},
+    """``spec.lookup.lookup`` whose SWA load starts one chunk before the
+    chunk of ``update_state_after_alloc``'s first fresh non-null block
+    (``load_early_by=1``): that chunk lies outside the window the load
+    needs, so nothing in the lookup checked it, and a store missing it is
+    loaded anyway.""")
+
+LOAD_READS_CHECKED = Obligation(
+    "load-reads-checked",
+    "The load reads only what the lookup checked: every chunk "
+    "update_state_after_alloc passes to prepare_load, of the SWA and the "
+    "full-attention group, was answered HIT by the manager's lookup (a MISS "
+    "there is a load of a key the tier does not hold: the CPU manager's "
+    "prepare_load asserts, docs/findings.md F11).",
+    "static", mutant=LOAD_EARLY,
+    scope=(f"bounded: later requests of at most {LOAD_CHECKED_BOUND_KEYS} keys (complete "
+           "chunks) per group (any length up to that, GPU-local hit, max_load_tokens), every "
+           "HIT / MISS answer per key of each group (uninterpreted), the full-attention group "
+           "an EAGLE group or not; geometry fixed to each of docs/findings.md F11's two cases and the "
+           f"grid's {len(_GRID_LOOKUP)} without a retention interval (proofs/geometries.py); "
+           "the release's lookup parts (LookupSym.release); one pass of "
+           "_lookup_complete_chunks (one full-attention, one SWA group)"),
+    queries=_load_reads_checked, rule_specific=False, model_specific=False,
+    grid=_GRID_LOAD, split=False, replayable=_plain_later_request,
+    bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
+    reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()
 )
