@@ -19,6 +19,7 @@ import z3
 
 from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
+from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.config import (
     MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS, SCAN_BOUND_KEYS, scope_grid,
 )
@@ -211,7 +212,7 @@ def _lookup_monotone(ctx: Ctx):
                                        f"mono_{variant}_more"), widen)
         prem = ctx.base() + same + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
                                     less.scope, more.scope] + less.side + more.side
-        out.append(Query(prem, more.hit_tokens < less.hit_tokens))
+        out.append(flat_query(Query(prem, more.hit_tokens < less.hit_tokens)))
     return out  # one query per variant (one query for both is slower in Z3)
 
 
@@ -245,7 +246,7 @@ def _lookup_run_stored(ctx: Ctx):
     run_stored = z3.Or(D.hit_tokens == 0, forall_in(v0 + short, v1, rule, K))
     prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
                          d >= 0, r.scope, D.scope] + r.side + D.side
-    return [Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored)]
+    return [flat_query(Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored))]
 
 
 def _hit_preserving_wastes(ctx: Ctx):
