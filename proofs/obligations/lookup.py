@@ -134,7 +134,7 @@ def _no_waste(ctx: Ctx):
             t.hit_tokens == 0, z3.Not(z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1])),
             z3.And(t.swa_verified[0] <= c2, c2 < t.swa_verified[1], z3.Not(kept(c2)))))
     prem += [ctx.lk.well_formed(), link(s, ctx.lk)]
-    return [Query(prem, z3.And(fails))]
+    return [flat_query(Query(prem, z3.And(fails)))]
 
 
 def _prefix_scan(ctx: Ctx):
