@@ -19,10 +19,10 @@ import z3
 
 from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
-from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.config import (
     MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS, SCAN_BOUND_KEYS, scope_grid,
 )
+from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Obligation, Query
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.spec.config import _max, _min
