@@ -1,15 +1,16 @@
 """One obligation row searched for a concrete counterexample (``kvreach
-counterexample``): which row the options name, BMC from the initial state
-for lifecycle obligations, and otherwise the row's proof as ``kvreach prove``
-runs it (with the rule's invariant first), all through :mod:`runner`.
+counterexample``): which row the options name, and the row as ``kvreach
+prove`` runs it (the runner searches by BMC from the initial state where a
+lifecycle row's induction step fails; the rule's invariant rows run when a
+proof rests on them), through :mod:`runner`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvreach.proofs import runner
-from kvreach.proofs.framework import Role
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 
 
@@ -59,31 +60,34 @@ def vllm_group(obligation: str, rule: str, load_model: str, vllm: str | None) ->
                      + " or ".join(have))
 
 
+class _Invariants(dict):
+    """rule -> the rule's invariant rows proved, each rule's run the first
+    time a row asks (a row that fails its induction step never asks)."""
+
+    def get(self, rule, default=None):
+        if rule not in self:
+            self[rule] = all(runner.run_row(o.name, rule, "any", {}).verdict == "proved"
+                             for o in INVARIANTS)
+        return self[rule]
+
+
 def search(obligation: str, rule: str | None, load_model: str | None,
            vllm: str | None = None) -> Search:
-    """BMC first for a lifecycle obligation (other than ``invariant``); when
-    it finds nothing, or for the others, the row's verdict from the runner.
-    A lifecycle counterexample that does not replay through the executable
-    rule gets a ``detail`` saying so."""
+    """The row as ``kvreach prove`` runs it (:func:`runner.run_row`): a
+    lifecycle row whose induction step fails gets the runner's BMC search,
+    and its rule's invariant rows run only when a proof rests on them. So
+    the search spends what the row spends in the run (plus, for a proof,
+    its invariant's rows). A lifecycle counterexample that does not replay
+    through the executable rule gets a ``detail`` saying so."""
     ob = OBLIGATIONS[obligation]
     r, m = row_key(obligation, rule, load_model)
     group = vllm_group(obligation, r, m, vllm)
     ctx = runner._ctx(r, m)  # the runner's concrete rule and model for "any"
     s = Search(obligation, r, m, ctx.rule, ctx.model, vllm=group)
-    bmc = ob.kind == "lifecycle" and ob.role is not Role.INVARIANT
-    if bmc:
-        s.depth, s.counterexample = runner.find_counterexample(
-            obligation, s.concrete_rule, s.concrete_model, vllm=group)
-        if s.counterexample is not None:
-            s.verdict = "counterexample"
-    if s.verdict is None:
-        inv = {}
-        if bmc:
-            inv[s.concrete_rule] = all(
-                runner.run_row(o.name, s.concrete_rule, "any", {}).verdict == "proved"
-                for o in INVARIANTS)
-        row = runner.run_row(obligation, r, m, inv, group)
-        s.verdict, s.detail, s.counterexample = row.verdict, row.detail, row.counterexample
+    row = runner.run_row(obligation, r, m, _Invariants(), group)
+    s.verdict, s.detail, s.counterexample = row.verdict, row.detail, row.counterexample
+    found = re.search(r"counterexample by BMC, (\d+) step", row.scope)
+    s.depth = int(found.group(1)) if found else None
     if s.verdict == "counterexample" and ob.kind == "lifecycle" and not s.replayed:
         s.detail = s.detail or "counterexample did NOT replay through the executable rule"
     return s

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import z3
 
+from kvreach.proofs.config import NAMED_ITES
+from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Obligation, Query
 from kvreach.spec.lifecycle import K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition
 
@@ -24,7 +26,18 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
         prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
         return Query(prem, ob.step_violation(ctx, pre, tr, post))
     prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
-    return Query(prem + _step_lemmas(ob, ctx, pre, tr, post), ob.step_violation(ctx, pre, tr, post))
+    return _named(ob, Query(prem + _step_lemmas(ob, ctx, pre, tr, post),
+                            ob.step_violation(ctx, pre, tr, post)))
+
+
+def _named(ob: Obligation | None, q: Query) -> Query:
+    """The query with its arithmetic if-then-else terms named
+    (``proofs/flatten.py``: the same query) for the obligations of
+    :data:`NAMED_ITES`, as it is otherwise. Not the BMC queries: their
+    models are the decoded counterexamples, which vLLM's scheduler replays
+    (a named one of exactly-once-restarts found a trace with a step kind
+    the replay cannot run)."""
+    return flat_query(q) if ob is not None and ob.name in NAMED_ITES else q
 
 
 def _step_lemmas(ob: Obligation, ctx: Ctx, pre, tr, post) -> list:
@@ -46,7 +59,7 @@ def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
                     world=ob.world, release=ctx.release)
     prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
     lems = _step_lemmas(ob, ctx, pre, tr, post)
-    return [Query(prem + lems[:i], z3.Not(lem)) for i, lem in enumerate(lems)]
+    return [_named(ob, Query(prem + lems[:i], z3.Not(lem))) for i, lem in enumerate(lems)]
 
 
 def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
@@ -55,7 +68,7 @@ def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
     world = "single" if ob is None else ob.world
     st = State.fresh("init", world)
     inv = invariant(ctx.s, ctx.rule, st, ctx.c) if world == "single" else ob.invariant(ctx, st)
-    return Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(inv))
+    return _named(ob, Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(inv)))
 
 
 def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
@@ -77,4 +90,4 @@ def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
         else:
             prem.append(z3.Or(t.kind == K_FINISH, t.kind == K_ABORT))
     viol = ob.bmc_violation(ctx, sts, trs) if ob.bmc_violation else z3.BoolVal(False)
-    return Query(prem, viol), sts, trs
+    return Query(prem, viol), sts, trs  # as written: its models are the counterexamples

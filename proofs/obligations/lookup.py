@@ -23,6 +23,7 @@ from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
     SCAN_BOUND_KEYS, scope_grid,
 )
+from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query
 from kvreach.proofs.geometries import Geometry
 from kvreach.proofs.keep import one_shot_mask
@@ -136,7 +137,7 @@ def _no_waste(ctx: Ctx):
             t.hit_tokens == 0, z3.Not(z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1])),
             z3.And(t.swa_verified[0] <= c2, c2 < t.swa_verified[1], z3.Not(kept(c2)))))
     prem += [ctx.lk.well_formed(), link(s, ctx.lk)]
-    return [Query(prem, z3.And(fails))]
+    return [flat_query(Query(prem, z3.And(fails)))]
 
 
 def _prefix_scan(ctx: Ctx):
@@ -214,7 +215,7 @@ def _lookup_monotone(ctx: Ctx):
                                        f"mono_{variant}_more"), widen)
         prem = ctx.base() + same + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
                                     less.scope, more.scope] + less.side + more.side
-        out.append(Query(prem, more.hit_tokens < less.hit_tokens))
+        out.append(flat_query(Query(prem, more.hit_tokens < less.hit_tokens)))
     return out  # one query per variant (one query for both is slower in Z3)
 
 
@@ -248,7 +249,7 @@ def _lookup_run_stored(ctx: Ctx):
     run_stored = z3.Or(D.hit_tokens == 0, forall_in(v0 + short, v1, rule, K))
     prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk), lk.num_tokens <= K * lk.C,
                          d >= 0, r.scope, D.scope] + r.side + D.side
-    return [Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored)]
+    return [flat_query(Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored))]
 
 
 def _hit_preserving_wastes(ctx: Ctx):
