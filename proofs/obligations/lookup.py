@@ -503,7 +503,7 @@ def _load_reads_checked(ctx: Ctx):
         z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1], z3.Not(swa(c))),
         z3.And(t.full_loaded[0] <= c, c < t.full_loaded[1], z3.Not(full(c))))
     ctx.decode = lambda m, ctx: decode_load_reads_checked(m, ctx)  # decode.decode_static calls it
-    return [Query(prem, unchecked)]
+    return [flat_query(Query(prem, unchecked))]
 
 
 def decode_load_reads_checked(m, ctx: Ctx) -> dict:
