@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm, vllm_step
 from kvreach.params import RULES, ParamError
 from kvreach.proofs.scenarios import PR_54362
+from kvreach.releases import DEFAULT
 from kvreach.spec.evaluate import StepChecker
 
 from test_impl_equals_spec import configs
@@ -36,14 +37,23 @@ class Checker:
 
 
 @st.composite
-def plans(draw, rule, g, r):
-    """A plan of steps enabled in the state the impl reaches (the spec's
-    guards), from frontier 0 and cursor 0."""
+def plans(draw, rule, g, r, release=DEFAULT, restarts: bool = False, null_blocks: bool = False):
+    """A plan of steps enabled in the state the impl reaches under
+    ``release`` (the spec's guards), from frontier 0 and cursor 0.
+    ``restarts``: half the plans begin with a restart (store, preempt, look
+    up); ``null_blocks``: null blocks placed by block index (the release's
+    filter drops their chunks). With the cursor kept (before 0.33.0) a start
+    can follow a restart, often loaded, its hit below the cursor's tokens
+    half the time (the cursor moves back)."""
     P, C = r.prompt_tokens, g.chunk_tokens
+    reset = release.cursor_on_lookup == "reset to 0"
+    nblocks = (P + 40) // g.block_tokens + 2
     f = cursor = 0
     out = []
-    chunks = st.frozensets(st.integers(0, (P + 40) // C + 2), max_size=4)
-    for _ in range(draw(st.integers(1, 7))):
+    chunks = st.frozensets(st.integers(0, (P + 40) // C + 2), max_size=3 if null_blocks else 4)
+    blocks = st.frozensets(st.integers(0, nblocks), max_size=4)
+    forced = ["recompute", "preempt", "lookup"] if restarts and draw(st.booleans()) else []
+    for i in range(draw(st.integers(1, 7))):
         kinds = ["preempt", "abort", "recompute"]
         if f < P:
             kinds.append("prefill")
@@ -51,25 +61,31 @@ def plans(draw, rule, g, r):
             kinds += ["decode", "decode-async", "finish"]
         if f == 0:
             kinds.append("lookup")
-        if f == 0 and cursor == 0:
-            kinds += ["start", "loaded"]
-        k = draw(st.sampled_from(kinds))
+            if cursor == 0 or not reset:
+                kinds += ["start", "loaded"]
+            if cursor > 0 and not reset:  # a restart from a kept cursor, often loaded
+                kinds += ["loaded", "loaded"]
+        k = forced[i] if i < len(forced) else draw(st.sampled_from(kinds))
         s = 0
         if k == "prefill":
             s = draw(st.integers(1, P - f))
         elif k == "recompute":
             s = draw(st.integers(max(1, P - f + 1), max(1, P - f + 1) + 40))
         elif k in ("start", "loaded"):
-            s = draw(st.integers(1 if k == "loaded" else 0, P + 8))
+            hi = P + 8 if cursor == 0 or draw(st.booleans()) else max(1, cursor * C - 1)
+            s = draw(st.integers(1 if k == "loaded" else 0, hi))
         elif k in ("decode", "decode-async"):
             s = 1
         quiet = k in ("preempt", "lookup", "start", "loaded")  # no prepare_store call
-        step = VllmStep(k, s, "accept" if quiet else draw(st.sampled_from(OUTCOMES)),
-                        draw(chunks), draw(chunks),
-                        draw(st.sampled_from([0, 0, P // 2 + 1, P + 3])),
-                        draw(st.one_of(st.none(), st.integers(0, (P + 40) // C + 2))))
+        fields = [k, s, "accept" if quiet else draw(st.sampled_from(OUTCOMES)),
+                  draw(chunks), draw(chunks),
+                  draw(st.sampled_from([0, 0, P // 2 + 1, P + 3])),
+                  draw(st.one_of(st.none(), st.integers(0, (P + 40) // C + 2)))]
+        if null_blocks:
+            fields.append(frozenset() if quiet else draw(blocks))
+        step = VllmStep(*fields)
         out.append(step)
-        f, cursor, _, _, ends = vllm_step(rule, g, r, f, cursor, step)
+        f, cursor, _, _, ends = vllm_step(rule, g, r, f, cursor, step, release)
         if ends:
             break
     return out

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvreach import releases
-from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm, vllm_step
+from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm
 from kvreach.params import RULES, GroupConfig, ParamError, RequestConfig
 from kvreach.proofs.decode import pr_example_pins, scheduler_cut
 from kvreach.proofs.framework import Ctx
@@ -28,6 +28,7 @@ from kvreach.spec.config import SymConfig
 from kvreach.spec.evaluate import StepChecker
 
 from test_impl_equals_spec import configs
+from test_impl_equals_spec_vllm import plans as _plans
 
 BUDGET = 10**6  # the plans choose step sizes; the spec's budget guard is not in play
 KEPT = releases.V0_30_0  # cursor kept, last-block filter (0.29.0 .. 0.32.0)
@@ -57,54 +58,10 @@ def test_the_default_release_is_the_table():
         lc.table("vllm", dataclasses.replace(RESET, cursor_on_lookup="halved"))
 
 
-@st.composite
-def plans(draw, rule, g, r, release):
-    """Steps enabled in the state the impl reaches under ``release`` (the
-    spec's guards), with null blocks placed by block index."""
-    P, C = r.prompt_tokens, g.chunk_tokens
-    reset = release.cursor_on_lookup == "reset to 0"
-    nblocks = (P + 40) // g.block_tokens + 2
-    f = cursor = 0
-    out = []
-    chunks = st.frozensets(st.integers(0, (P + 40) // C + 2), max_size=3)
-    blocks = st.frozensets(st.integers(0, nblocks), max_size=4)
-    # half the plans begin with a restart: store, preempt, look up
-    forced = ["recompute", "preempt", "lookup"] if draw(st.booleans()) else []
-    for i in range(draw(st.integers(1, 7))):
-        kinds = ["preempt", "abort", "recompute"]
-        if f < P:
-            kinds.append("prefill")
-        if f >= P:
-            kinds += ["decode", "decode-async", "finish"]
-        if f == 0:
-            kinds.append("lookup")
-            if cursor == 0 or not reset:
-                kinds += ["start", "loaded"]
-            if cursor > 0 and not reset:  # a restart from a kept cursor, often loaded
-                kinds += ["loaded", "loaded"]
-        k = forced[i] if i < len(forced) else draw(st.sampled_from(kinds))
-        s = 0
-        if k == "prefill":
-            s = draw(st.integers(1, P - f))
-        elif k == "recompute":
-            s = draw(st.integers(max(1, P - f + 1), max(1, P - f + 1) + 40))
-        elif k in ("start", "loaded"):
-            # below the cursor's tokens half the time (a kept cursor moves back)
-            hi = P + 8 if cursor == 0 or draw(st.booleans()) else max(1, cursor * C - 1)
-            s = draw(st.integers(1 if k == "loaded" else 0, hi))
-        elif k in ("decode", "decode-async"):
-            s = 1
-        quiet = k in ("preempt", "lookup", "start", "loaded")
-        step = VllmStep(k, s, "accept" if quiet else draw(st.sampled_from(OUTCOMES)),
-                        draw(chunks), draw(chunks),
-                        draw(st.sampled_from([0, 0, P // 2 + 1, P + 3])),
-                        draw(st.one_of(st.none(), st.integers(0, (P + 40) // C + 2))),
-                        frozenset() if quiet else draw(blocks))
-        out.append(step)
-        f, cursor, _, _, ends = vllm_step(rule, g, r, f, cursor, step, release)
-        if ends:
-            break
-    return out
+def plans(rule, g, r, release):
+    """The world-"vllm" plans of tests/test_impl_equals_spec_vllm.py under
+    ``release``, with restarts and null blocks."""
+    return _plans(rule, g, r, release, restarts=True, null_blocks=True)
 
 
 @settings(deadline=None, max_examples=300,
