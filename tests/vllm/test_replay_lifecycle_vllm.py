@@ -62,7 +62,6 @@ REPLAYED = [
     ("mask-equivalence", "vllm-0.29", "intended"),
     ("mask-equivalence", "vllm-0.33", "aligned"),
     ("mask-equivalence", "vllm-0.33", "intended"),
-    ("exactly-once-restarts", "vllm-0.29", "any"),
     ("exactly-once-restarts", "vllm-0.33", "any"),
     ("exactly-once-restarts", "lookup-window", "any"),
 ]
@@ -95,6 +94,10 @@ UNREPLAYABLE = [
     ("computed-before-stored", "vllm-0.29", "any", "replaces only the chunk selection"),
     # world "vllm" with a refused prepare_store and a recompute step: not replayed
     ("computed-before-stored-restarts", "vllm-0.29", "any", "world 'vllm'"),
+    # the row is about vLLM 0.29.0, whose lookup keeps the store cursor: its submission
+    # twice needs a loaded start that moves the cursor back, which vLLM 0.33.0 (cursor
+    # reset to 0 on every lookup) cannot run
+    ("exactly-once-restarts", "vllm-0.29", "any", "'loaded' step"),
 ]
 
 
