@@ -66,16 +66,17 @@ def _v(m, x) -> int:
 def release_of(lg: dict):
     """The release a decoded lookup ran under (``lookup_groups["vllm"]``,
     recorded when it is not 0.33.0's)."""
-    from kvreach.releases import DEFAULT, release
+    from kvreach.proofs.matrix import representative
+    from kvreach.releases import DEFAULT
 
-    return release(lg["vllm"].split("/")[-1]) if "vllm" in lg else DEFAULT
+    return representative(lg["vllm"]) if "vllm" in lg else DEFAULT
 
 
 def lookup_parts_of(lg: dict):
-    """The twin's ``LookupParts`` of that release (``kvreach.conform``'s mapping)."""
-    from kvreach.conform import _lookup_parts
+    """The twin's ``LookupParts`` of that release (``kvreach.impl.release``)."""
+    from kvreach.impl.release import lookup_parts
 
-    return _lookup_parts(release_of(lg))
+    return lookup_parts(release_of(lg))
 
 
 def _record_release(lg: dict, lk) -> None:
@@ -88,16 +89,14 @@ def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
     full-attention group, if any, then the SWA group ``g``, with the
     release's window parts (:func:`release_of`)."""
     from kvreach.impl.lookup import LookupGroup
+    from kvreach.impl.release import with_lookup_of
 
-    r = release_of(lg)
     full = () if lg["full_block_tokens"] is None else (
         LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)
-    return full + (LookupGroup(g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
-                               extra_retained_tokens=lg["extra_retained_tokens"],
-                               eagle=g.eagle,
-                               lookup_variant=lg.get("lookup_variant", "vllm-0.33"),
-                               window_extra=r.lookup_window_extra,
-                               padded_initial_window=r.padded_initial_window),)
+    return full + (with_lookup_of(release_of(lg), LookupGroup(
+        g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
+        extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle,
+        lookup_variant=lg.get("lookup_variant", "vllm-0.33"))),)
 
 
 def later_lookup_of(trace: Trace, cex: dict):

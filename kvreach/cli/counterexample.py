@@ -12,13 +12,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out
+from kvreach.cli._common import (
+    VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out,
+    _release,
+)
 from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.plot import _draw, _plot_paths
 from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
-from kvreach.proofs.matrix import check_vllm
-from kvreach.releases import RELEASES
 from kvreach.proofs.obligations import OBLIGATIONS
 
 
@@ -29,7 +30,7 @@ def counterexample(
     load_model: ModelOpt = None,
     vllm: Annotated[Optional[str], typer.Option(
         "--vllm", metavar="X", help="the row about vLLM release X (one of "
-        + ", ".join(v for r in RELEASES for v in r.names) + "; default 0.33.0)")] = None,
+        + ", ".join(VLLM_VERSIONS) + "; default 0.33.0)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot_file: Annotated[Optional[Path], typer.Option(
         "--plot", metavar="FILE",
@@ -50,7 +51,7 @@ def counterexample(
         raise CliError("OBLIGATION", obligation, "one of " + ", ".join(OBLIGATIONS))
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
-    _check_choice("--vllm", vllm, check_vllm)
+    _release(vllm)  # a known version, else one line naming them
     ob = OBLIGATIONS[obligation]
     if ob.rule_specific and rule is None:
         raise CliError("--rule", "(missing)", f"one of {', '.join(RULES)} for '{obligation}'")

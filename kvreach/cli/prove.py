@@ -16,14 +16,12 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import (
-    CliError, ModelOpt, RuleOpt, _check_choice, _err, _error_line, _from_param_error, _out,
-    _writable,
+    VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, _check_choice, _err, _error_line,
+    _from_param_error, _out, _release, _writable,
 )
 from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.render import print_prove_report
 from kvreach.params import ParamError, check_load_model, check_rule
-from kvreach.proofs.matrix import check_vllm
-from kvreach.releases import RELEASES
 from kvreach.proofs.obligations import OBLIGATIONS, run_order
 
 
@@ -39,7 +37,7 @@ def prove(
         "--junit", metavar="FILE", help="write JUnit XML to FILE (- for stdout)")] = None,
     vllm: Annotated[Optional[str], typer.Option(
         "--vllm", metavar="X", help="only the rows about vLLM release X (one of "
-        + ", ".join(v for r in RELEASES for v in r.names) + "; default: every release)")] = None,
+        + ", ".join(VLLM_VERSIONS) + "; default: every release)")] = None,
     no_cache: Annotated[bool, typer.Option(
         "--no-cache", help="solve every query, ignoring the result cache of unchanged "
                            "queries (the cache is also off when CI=true)")] = False,
@@ -49,7 +47,7 @@ def prove(
 
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
-    _check_choice("--vllm", vllm, check_vllm)
+    _release(vllm)  # a known version, else one line naming them
     if obligation is not None and obligation not in OBLIGATIONS:
         raise CliError("--obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
     if json_file is not None and junit_file is not None and str(json_file) == str(junit_file) == "-":
