@@ -228,6 +228,42 @@ def test_a_signal_stops_prove_with_one_line_and_no_worker_left(sig, rc, group, s
     _assert_none_survive(kids)
 
 
+_BROKEN_BY_THE_KILL = """
+import multiprocessing, os, signal, sys, time
+from kvreach.cli._interrupt import ExitOnInterrupt
+
+def main():
+    child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    child.start()
+    def slow_message():  # the watcher loses the race: main raises first
+        time.sleep(2)
+        return "interrupted: 0 of 1 row(s)"
+
+    with ExitOnInterrupt(slow_message):
+        os.kill(os.getpid(), signal.SIGTERM)
+        child.join()  # the watcher kills it, as it kills the pool's workers
+        raise RuntimeError("a process in the pool was terminated abruptly")
+    print("after the block")  # not reached: the watcher ends the process
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_error_the_kill_causes_is_not_reported(tmp_path):
+    """Deterministic form of the race stop 23's CI run lost
+    (sigterm-group-at-start): the watcher kills the workers, the broken pool
+    raises in the main thread before the watcher has written its line. The
+    exception must not reach the error handler: one line, exit 143."""
+    script = tmp_path / "broken_by_the_kill.py"
+    script.write_text(_BROKEN_BY_THE_KILL)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=60)  # a hang guard, not a time limit
+    assert p.returncode == 143, (p.returncode, p.stderr)
+    assert p.stderr.splitlines() == ["interrupted: 0 of 1 row(s)"], p.stderr
+    assert p.stdout == ""
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 def test_workers_die_with_a_killed_prove():
     """SIGKILL cannot be handled: the workers still go (PR_SET_PDEATHSIG)."""

@@ -13,6 +13,13 @@ Z3 (ctypes releases the GIL), so the thread wakes at once, kills every
 into an ``unknown`` verdict and carry on) is switched off. The pool's
 workers ignore the three signals (the parent ends them) and die with the
 parent when it is killed outright (``kvreach.proofs.pool``).
+
+Killing the workers breaks the pool, so the main thread may raise
+(``BrokenProcessPool``) while the watcher is still on its way to the line.
+An exception that leaves the block once a signal has arrived is therefore
+not reported: ``__exit__`` waits for the watcher, which ends the process
+(stop 23's CI run printed an ``internal error`` line before the
+``interrupted`` one).
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ import threading
 from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long an exception leaving the block waits for a signal that may be
+# arriving with it (a worker the signal ended breaks the pool as the signal
+# reaches this process). A real error costs this much more; it is not a
+# limit on anything the run computes.
+_GRACE_S = 1.0
 
 
 def exit_code(signum: int) -> int:
@@ -48,6 +60,7 @@ class ExitOnInterrupt:
         if not self._active:  # signals can only be handled on the main thread
             return self
 
+        self._signalled = threading.Event()
         z3.set_param("ctrl_c", False)  # the interrupt is ours, not the solver's
         self._r, self._w = socket.socketpair()
         self._w.setblocking(False)
@@ -66,6 +79,7 @@ class ExitOnInterrupt:
             if not data:  # closed by __exit__
                 return
             signum = next((s for s in data if s in STOP_SIGNALS), None)
+        self._signalled.set()  # before the kill: the broken pool it causes is ours
         for p in multiprocessing.active_children():
             try:
                 p.kill()
@@ -82,9 +96,11 @@ class ExitOnInterrupt:
         finally:
             os._exit(exit_code(signum))
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if not self._active:
             return
+        if exc_type is not None and self._signalled.wait(_GRACE_S):
+            threading.Event().wait()  # the watcher ends the process (os._exit)
         for s, h in self._old_handlers.items():
             signal.signal(s, h)
         signal.set_wakeup_fd(self._old_fd)
