@@ -251,8 +251,8 @@ if __name__ == "__main__":
 
 
 def test_an_error_the_kill_causes_is_not_reported(tmp_path):
-    """Deterministic form of the race stop 23's CI run lost
-    (sigterm-group-at-start): the watcher kills the workers, the broken pool
+    """A deterministic form of the race sigterm-group-at-start can lose:
+    the watcher kills the workers, the broken pool
     raises in the main thread before the watcher has written its line. The
     exception must not reach the error handler: one line, exit 143."""
     script = tmp_path / "broken_by_the_kill.py"

@@ -18,8 +18,8 @@ Killing the workers breaks the pool, so the main thread may raise
 (``BrokenProcessPool``) while the watcher is still on its way to the line.
 An exception that leaves the block once a signal has arrived is therefore
 not reported: ``__exit__`` waits for the watcher, which ends the process
-(stop 23's CI run printed an ``internal error`` line before the
-``interrupted`` one).
+(without the wait, an ``internal error (BrokenProcessPool ...)`` line could
+come before the ``interrupted`` one).
 """
 
 from __future__ import annotations
