@@ -125,8 +125,10 @@ EXACTLY_ONCE_INCARNATION = world_vllm(
 EXACTLY_ONCE_RESTARTS = world_vllm(
     "exactly-once-restarts",
     "No chunk is submitted twice over the request's incarnations (expected "
-    "to fail: every lookup resets next_stored_chunk_idx to 0 and offers the "
-    "computed chunks again; prepare_store's de-duplication is what keeps "
+    "to fail in every release: 0.33.0's lookup resets next_stored_chunk_idx "
+    "to 0, and 0.29.0 .. 0.32.0 keep it but a loaded start assigns it the "
+    "hit's chunk count, which can move it back; either way computed chunks "
+    "are offered again, and prepare_store's de-duplication is what keeps "
     "them from being transferred twice).",
     step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
     bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
