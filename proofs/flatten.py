@@ -68,3 +68,10 @@ def flat_query(q: Query, prefix: str = PREFIX) -> Query:
     join the premise."""
     named, defs = name_ites(q.premise + [q.violation], prefix)
     return Query(named[:-1] + defs, named[-1])
+
+
+def flat_terms(terms: list, prefix: str = PREFIX) -> list:
+    """``terms`` (one conjunction) with their arithmetic if-then-else terms
+    named, the definitions appended: satisfiable exactly when ``terms`` is."""
+    named, defs = name_ites(terms, prefix)
+    return named + defs

@@ -33,10 +33,11 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
 def _named(ob: Obligation | None, q: Query) -> Query:
     """The query with its arithmetic if-then-else terms named
     (``proofs/flatten.py``: the same query) for the obligations of
-    :data:`NAMED_ITES`, as it is otherwise. Not the BMC queries: their
+    :data:`NAMED_ITES`, as it is otherwise. Not :func:`bmc_query`'s: its
     models are the decoded counterexamples, which vLLM's scheduler replays
     (a named one of exactly-once-restarts found a trace with a step kind
-    the replay cannot run)."""
+    the replay cannot run); the runner's counterexample search names them
+    where ``config.NAMED_BMC`` says, in a shape the replay runs first."""
     return flat_query(q) if ob is not None and ob.name in NAMED_ITES else q
 
 

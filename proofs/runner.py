@@ -28,8 +28,10 @@ from kvreach.params import LOAD_MODELS, RULES
 from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (the tests patch the budgets here).
 from kvreach.proofs.config import (
-    BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROW_RL, VACUITY_RL,
+    BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NAMED_BMC, NAMED_MUTANTS, NODE_RL, ROW_RL,
+    VACUITY_RL,
 )
+from kvreach.proofs.flatten import flat_terms
 from kvreach.proofs.framework import Ctx, Query, Role
 from kvreach.proofs.induction import (
     bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
@@ -192,16 +194,21 @@ def _release(name: str, rule: str, vllm: str | None) -> Release:
 
 def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                         meter: Meter | None = None, geometry=None, shaped: bool | None = None,
-                        vllm: str | None = None):
+                        vllm: str | None = None, named: bool | None = None):
     """BMC from the initial state; first pinned to PR #54362's worked example
     (so regressions decode to its numbers), then over every configuration.
     With a ``geometry`` (grid obligations): its pins throughout, first at its
     example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left).
     ``shaped``: only (True) or never (False) in a shape the real scheduler
-    runs (``Obligation.replayable``); None: that shape first, per query."""
+    runs (``Obligation.replayable``); None: that shape first, per query.
+    ``named``: each query's if-then-else terms named (``proofs/flatten.py``;
+    None: for the obligations of ``config.NAMED_BMC``), the row's own search
+    first in the obligation's ``named_shape``."""
     ob = OBLIGATIONS[name]
+    if named is None:
+        named = name in NAMED_BMC
     if geometry is None and ob.grid:
-        return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm)[0]
+        return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm, named)[0]
     for pinned in (True, False):
         if pinned and shaped is False:
             continue  # the shaped pass searched at the example (its shape is its own)
@@ -221,8 +228,12 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
                     if pinned else decode.readable_bounds(ctx)
                 )
-            for shape in _shapes(ob, ctx, pinned, shaped):
-                r, m = _solve(q.premise + extra + shape + [q.violation], CHECK_RL, meter)
+            shapes = _shapes(ob, ctx, pinned, shaped)
+            if named and store_fn is None and ob.named_shape is not None:
+                shapes = [ob.named_shape(ctx, sts, trs)] + shapes
+            for shape in shapes:
+                terms = q.premise + extra + shape + [q.violation]
+                r, m = _solve(flat_terms(terms) if named else terms, CHECK_RL, meter)
                 if r == z3.sat:
                     break
             if r == z3.sat:
@@ -280,13 +291,14 @@ def static_counterexample(name: str, rule: str, model: str, geometry,
     return None
 
 
-def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=None, vllm=None):
+def _grid_counterexample(name, rule, model, geometries, store_fn=None, meter=None, vllm=None,
+                         named=None):
     """The first geometry's counterexample in a shape the real scheduler runs
     (``Obligation.replayable``), else the first geometry's in any shape."""
     passes = (True, False) if OBLIGATIONS[name].replayable is not None else (None,)
     for shaped in passes:
         for g in geometries:
-            found = find_counterexample(name, rule, model, store_fn, meter, g, shaped, vllm)
+            found = find_counterexample(name, rule, model, store_fn, meter, g, shaped, vllm, named)
             if found[1] is not None:
                 return found, g
     return (None, None), None
@@ -486,21 +498,28 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
             if g is not None:
                 mctx.pins = g.pins(mctx)
             qs = ob.queries(mctx)
-            rejected = any(_solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat
-                           for q in qs)
+            rejected = any(_solve(_mutant_terms(name, q.premise + [q.violation]), CHECK_RL,
+                                  meter)[0] == z3.sat for q in qs)
             if rejected:
                 break
     elif ob.role is Role.INVARIANT:
         q = lifecycle_step_query(ob, _ctx("vllm-0.33", "intended", store_fn=store_fn))
-        rejected = _solve(q.premise + [q.violation], CHECK_RL, meter)[0] == z3.sat
+        rejected = _solve(_mutant_terms(name, q.premise + [q.violation]), CHECK_RL,
+                          meter)[0] == z3.sat
     else:
         depth, _ = find_counterexample(name, "vllm-0.33", "intended", store_fn=store_fn,
-                                       meter=meter)
+                                       meter=meter, named=name in NAMED_MUTANTS)
         rejected = depth is not None
     _mutant_cache[name] = (mname, rejected)
     _mutant_used[name] = meter.used
     _mutant_sats[name] = solve._sat_log[sats0:]
     return _mutant_cache[name]
+
+
+def _mutant_terms(name: str, terms: list) -> list:
+    """A mutant check's assertions, named (``proofs/flatten.py``) for the
+    obligations of :data:`NAMED_MUTANTS`."""
+    return flat_terms(terms) if name in NAMED_MUTANTS else terms
 
 
 def _rest_on(row: Row, invariant_ok: dict) -> None:

@@ -84,3 +84,59 @@ def test_lookup_row_queries_have_no_arithmetic_ite():
         ctx.pins = ob.grid[0].pins(ctx)
         for q in ob.queries(ctx):
             assert not any(_has_arith_ite(t) for t in q.premise + [q.violation]), name
+
+
+def test_flat_terms_is_the_conjunction_named():
+    from kvreach.proofs.flatten import flat_terms
+
+    for premise, violation in _cases():
+        terms = premise + [violation]
+        named = flat_terms(terms)
+        assert not any(_has_arith_ite(t) for t in named)
+        orig, flat = z3.Solver(), z3.Solver()
+        orig.add(*terms)
+        flat.add(*named)
+        assert orig.check() == flat.check(), terms
+        if flat.check() == z3.sat:
+            assert z3.is_true(flat.model().eval(z3.And(*terms), model_completion=True))
+
+
+def _checked_terms(monkeypatch):
+    """Every check's assertions the runner sends to the solver, in order."""
+    from kvreach.proofs import runner
+
+    seen, real = [], runner._solve
+
+    def spy(terms, *a, **kw):
+        seen.append(terms)
+        return real(terms, *a, **kw)
+
+    monkeypatch.setattr(runner, "_solve", spy)
+    return seen
+
+
+def test_named_mutant_checks_and_counterexample_search(monkeypatch):
+    """The mutant checks of ``config.NAMED_MUTANTS`` and the counterexample
+    search of ``config.NAMED_BMC`` are named (no arithmetic if-then-else
+    reaches the solver), the others as written; exactly-once-restarts'
+    named search finds a trace of the step kinds vLLM's scheduler replays."""
+    from kvreach.proofs import config, runner
+    from kvreach.proofs.obligations.restarts import REPLAYED_KINDS
+    from kvreach.spec.lifecycle import KINDS
+
+    assert "exactly-once-restarts" in config.NAMED_BMC
+    assert "completeness" not in config.NAMED_MUTANTS | config.NAMED_BMC
+    monkeypatch.setattr(runner, "_mutant_cache", {})
+    monkeypatch.setattr(runner, "_mutant_used", {})
+    monkeypatch.setattr(runner, "_mutant_sats", {})
+    seen = _checked_terms(monkeypatch)
+    for name, named in (("exactly-once-restarts", True), ("completeness", False)):
+        seen.clear()
+        assert runner.run_mutant(name, "vllm-0.33", "intended")[1] is True
+        assert seen and all(any(_has_arith_ite(t) for t in terms) != named for terms in seen)
+    seen.clear()
+    _, cex = runner.find_counterexample("exactly-once-restarts", "vllm-0.33", "any")
+    assert seen and not any(_has_arith_ite(t) for terms in seen for t in terms)
+    assert cex["replayed_violation"]
+    replayed = {KINDS[k] for k in REPLAYED_KINDS}
+    assert {st["kind"] for st in cex["plan"]} <= replayed, cex["plan"]

@@ -32,7 +32,9 @@ from kvreach.proofs.obligations.store import (  # the world-single forms, restat
     _computed_bmc, _computed_step, _once_bmc, _once_step,
 )
 from kvreach.spec import mask
-from kvreach.spec.lifecycle import O_REFUSED
+from kvreach.spec.lifecycle import (
+    K_ABORT, K_DECODE, K_FINISH, K_LOOKUP, K_PREEMPT, K_PREFILL, O_REFUSED,
+)
 
 WORLD_SCOPE = (
     "world: vllm (kvreach.spec.lifecycle.TRANSITIONS, every kind: prefill, decode, "
@@ -102,6 +104,17 @@ def _computed_lemmas(ctx, pre, tr, post):
             z3.Implies(quiet, z3.Not(tr.submitted))]
 
 
+# the step kinds kvreach.vllm_harness.replay_lifecycle.check_restart_plan runs
+REPLAYED_KINDS = (K_PREFILL, K_DECODE, K_PREEMPT, K_LOOKUP, K_FINISH, K_ABORT)
+
+
+def _replayed_kinds(ctx, sts, trs) -> list:
+    """Every step of the trace one vLLM's scheduler replays for a lone
+    request (:data:`REPLAYED_KINDS`: no start, loaded start, recompute,
+    async decode)."""
+    return [z3.Or([t.kind == k for k in REPLAYED_KINDS]) for t in trs]
+
+
 def _refused_step(ctx, pre, tr, post):
     """The manager refused a store that offered the chunk, the request runs
     on, and the cursor moved past the chunk (it would never be offered again
@@ -132,6 +145,7 @@ EXACTLY_ONCE_RESTARTS = world_vllm(
     "them from being transferred twice).",
     step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
     bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
+    named_shape=_replayed_kinds,
 )
 COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
     "computed-before-stored-restarts",
