@@ -78,6 +78,13 @@ NAMED_BMC = frozenset({"exactly-once-restarts"})
 NAMED_MUTANTS = frozenset({"soundness", "exactly-once-incarnation", "exactly-once-restarts",
                            "refused-retried"})
 
+# The lookup obligations' later request: the full-attention group's EAGLE
+# flag (``spec.lookup.LookupSym.full_eagle``: from 0.30.0 an EAGLE group of
+# any type widens its query by one chunk and pops the last) is fixed off;
+# only load-reads-checked makes it symbolic.
+SCOPE_FULL_NOT_EAGLE = ("; the later request's full-attention group not an EAGLE group "
+                        "(load-reads-checked lets it be one)")
+
 # The scope of a symbolic row (a static obligation may state its own).
 SCOPE_PARAMS = (
     "symbolic, unbounded: B = block_size*dcp_world_size >= 1, window >= 2, "

@@ -21,7 +21,7 @@ from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
-    SCAN_BOUND_KEYS, scope_grid,
+    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query
@@ -319,7 +319,7 @@ def _no_waste_scope(variant: str | None) -> str:
             f"{NO_WASTE_MAX_TOKENS} offloadable tokens; the rule's keep decision at the final "
             f"horizon (one-shot); four witness later requests per chunk{looking_up} (a proof is "
             "for those witnesses; a counterexample is confirmed against every later request "
-            "sharing a prefix)")
+            "sharing a prefix)" + SCOPE_FULL_NOT_EAGLE)
 
 
 def _run_stored_scope(variant: str) -> str:
@@ -327,7 +327,7 @@ def _run_stored_scope(variant: str) -> str:
             "length up to that, GPU-local hit, max_load_tokens), the dense store any prefix of "
             "SWA chunks, the rule's any subset of it, the full-attention answers any (the same "
             f"for both); {_GRID_LOOKUP_TEXT}); lookup variant {variant}; one pass of "
-            "_lookup_complete_chunks")
+            "_lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE)
 
 
 HIT_PRESERVATION = Obligation(
@@ -336,7 +336,7 @@ HIT_PRESERVATION = Obligation(
     "with the rule's stores equals its hit with dense stores (every chunk "
     "this request could offload), in the single-request world; with a "
     "retention interval, for the requests the interval promises.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID),
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
@@ -382,7 +382,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     "'read-window': get_sliding_window_size_in_chunks returns "
     "max(1, ceil((W - 1 + extra_retained_tokens) / C)), the chunks the load "
     "reads (docs/findings.md F7), for the later request and the dense reference.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID),
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
@@ -393,7 +393,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "ends on an SWA chunk boundary (no right padding widens the first run: "
     "every later request but one of a whole number of alignments sharing all "
     "of it), in the geometries without EAGLE or a retention interval.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED),
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
@@ -441,7 +441,7 @@ HIT_PRESERVING_WASTES = Obligation(
            "of the SWA chunk (" + ", ".join(g.name.split(",")[0] for g in _GRID_W1) + "); "
            "the later request any length, shared prefix, GPU-local hit and max_load_tokens "
            "(unbounded), the store dense (a prefix: one request's or a union's); "
-           "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks"),
+           "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE),
     queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
     grid=_GRID_W1, split=False,
     reads=LOOKUP_PARTS,
@@ -456,7 +456,8 @@ LOOKUP_MONOTONE = Obligation(
            "(any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
            f"answer per key and every superset of them (uninterpreted); {_GRID_LOOKUP_TEXT}; "
            "the lookup does not see the interval); both lookup variants; one pass "
-           "of _lookup_complete_chunks (one full-attention, one SWA group)"),
+           "of _lookup_complete_chunks (one full-attention, one SWA group)"
+           + SCOPE_FULL_NOT_EAGLE),
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
     grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
     reads=LOOKUP_PARTS,

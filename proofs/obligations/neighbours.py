@@ -8,7 +8,7 @@ twin): ``kvreach.proofs.neighbours``.
 from __future__ import annotations
 
 from kvreach.proofs import mutants, neighbours
-from kvreach.proofs.config import NEIGHBOURS_REQUESTS
+from kvreach.proofs.config import NEIGHBOURS_REQUESTS, SCOPE_FULL_NOT_EAGLE
 from kvreach.proofs.framework import Obligation
 from kvreach.proofs.matrix import LOOKUP_PARTS
 
@@ -23,7 +23,7 @@ SCOPE = (
     "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense "
     "lookup's closed form and one chunk of its accepted run); geometry fixed to each of the "
     f"grid's {len(_GRID)} without a retention interval (proofs/geometries.py); HIT / MISS "
-    "answers, one pass of _lookup_complete_chunks"
+    "answers, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE
 )
 
 HIT_PRESERVATION_NEIGHBOURS = Obligation(
