@@ -29,6 +29,15 @@ and it prints one JSON object. ``CASE``:
   earlier request's lifecycle stores through the release's own store rule,
   then the later request's hit through the release's own lookup, against
   those stores and against dense ones.
+- ``no-waste`` (``--cex FILE``, ``--dense``): a decoded no-waste
+  counterexample: which later requests' lookups load the decoded chunk when
+  the manager holds the chunks the release's store rule keeps at the final
+  horizon (``--dense``: every offloadable chunk).
+- ``hit-preservation-neighbours`` (``--cex FILE``): the earlier requests'
+  one-shot stores, then the later request against their union and dense.
+- ``exactly-once-restarts`` (``--cex FILE``, ``--load-chunks K``,
+  ``--same-step``): prefill, preemption, a loaded start, recompute, finish;
+  the chunks ``prepare_store`` receives in each incarnation.
 
 Every lookup vLLM makes is also given to kvreach's twin with that release's
 record (``kvreach.releases``: the lookup's window, padded initial window,
