@@ -1,5 +1,6 @@
-"""Replays on vLLM 0.29.0 and 0.30.0's own scheduler and connector (slow: a
-venv of about 9 GB per release, made once by ``tests/vllm_releases.py``).
+"""Replays on vLLM 0.29.0, 0.30.0 and 0.32.0's own scheduler and connector
+(slow: a venv of about 5.5 GB per release, made once by
+``tests/vllm_releases.py``).
 
 Each case runs ``python -m kvreach.vllm_harness.release_replay CASE`` with the
 release's python (its real ``Scheduler``, ``KVCacheManager``, stock
@@ -309,22 +310,27 @@ def test_exactly_once_restarts_of_0_29_0_submits_twice_through_a_loaded_start(py
 
 def test_exactly_once_restarts_of_0_30_0_submits_twice_through_a_loaded_start(python, tmp_path):
     """exactly-once-restarts (rule vllm-0.33, vLLM 0.30.0/0.31.0/0.32.0) on
-    0.30.0's own scheduler: the decoded start loads 993 tokens; the manager
-    holding what the first prefill stored (27 full-attention chunks) gives
-    hit 972, cursor 243, and the rest of the prompt submits chunks 248 and
-    249 again (decoded: cursor 249, chunk 249). Without the load nothing
-    is submitted twice; the same-step start trips the assertion 0.33.0
-    removed, and 0.33.0 runs it, submitting 248 and 249 again too."""
+    0.30.0's and 0.32.0's own scheduler (0.32.0: the 0.31.0/0.32.0
+    record): the decoded start loads 993 tokens; the manager holding what
+    the first prefill stored (27 full-attention chunks) gives hit 972,
+    cursor 243, and the rest of the prompt submits chunks 248 and 249 again
+    (decoded: cursor 249, chunk 249). Without the load nothing is submitted
+    twice; the same-step start trips the assertion 0.33.0 removed, and
+    0.33.0 runs it, submitting 248 and 249 again too."""
     doc, f = counterexample_at("exactly-once-restarts", "vllm-0.33", "0.30.0", tmp_path)
     c = doc["counterexample"]
+    assert doc["vllm"] == "0.30.0/0.31.0/0.32.0"
     assert c["plan"][2]["scheduled_tokens"] == 993 and c["replayed_violation"] == [249]
-    py = python("0.30.0")
-    out = replay(py, "exactly-once-restarts", "--cex", str(f))
-    assert (out["vllm"], out["rule"], out["load_chunks"]) == ("0.30.0", "vllm-0.33", 27)
-    assert _restart_figures(out) == (972, [248, 249])
-    none = replay(py, "exactly-once-restarts", "--cex", str(f), "--load-chunks", "0")
-    assert _restart_figures(none) == (0, [])
-    same = replay(py, "exactly-once-restarts", "--cex", str(f), "--same-step")
-    assert same["same_step_error"].startswith("AssertionError"), same
+    for v, record in (("0.30.0", "0.30.0"), ("0.32.0", "0.31.0/0.32.0")):
+        py = python(v)
+        out = replay(py, "exactly-once-restarts", "--cex", str(f))
+        assert (out["vllm"], out["record"], out["rule"], out["load_chunks"]) == (
+            v, record, "vllm-0.33", 27)
+        assert _restart_figures(out) == (972, [248, 249])
+        none = replay(py, "exactly-once-restarts", "--cex", str(f), "--load-chunks", "0")
+        assert _restart_figures(none) == (0, [])
+        same = replay(py, "exactly-once-restarts", "--cex", str(f), "--same-step")
+        assert same["same_step_error"].startswith("AssertionError"), same
+        assert "build_connector_meta" in same["same_step_error"]
     new = replay(python("0.33.0"), "exactly-once-restarts", "--cex", str(f), "--same-step")
     assert "same_step_error" not in new and _restart_figures(new) == (972, [248, 249])
