@@ -348,7 +348,7 @@ def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
     HIT_PENDING for the keys it holds (the lookup defers, the request waits
     one step), so the step whose ``SchedulerOutput`` names the preempted
     request carries no load of it. Without it (``defer=False``) the
-    preemption and the loaded start are one step, and 0.29.0's and 0.30.0's
+    preemption and the loaded start are one step, and 0.29.0 .. 0.32.0's
     ``build_connector_meta`` (its flush of the preempted request's jobs)
     asserts that every job of the request is a store, which its new load is
     not (0.33.0 excludes the step's new loads: "A cache reset can preempt
@@ -362,7 +362,7 @@ def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
     the plan vLLM ran: prefill, preempt, lookup, the loaded start, the
     scheduler's steps, finish)."""
     from kvreach.impl.lifecycle import VllmStep, run_vllm
-    from kvreach.params import GroupConfig, RequestConfig
+    from kvreach.params import GroupConfig, RequestConfig, cdiv
     from kvreach.vllm_harness.replay_lifecycle import SWA_GROUP, restart_offers, setup_of
 
     r = record()
@@ -405,17 +405,22 @@ def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
     rec.answers = {key: held for key, (gi, c) in rec.key_positions(rid).items()
                    if k and (c < k if gi != SWA_GROUP else key in stored)}
     first = len(rec.observations)
-    while rid in run.scheduler.requests:
+    for _ in range(4 * cdiv(req.prompt_tokens, cex["budget"]) + 4):
+        if rid not in run.scheduler.requests:
+            break
         try:
             got = run.step()
-        except AssertionError as e:  # vLLM's own assertion (0.29.0, 0.30.0: see docstring)
+        except AssertionError as e:  # vLLM's own assertion (0.29.0 .. 0.32.0: see docstring)
             return {"vllm": vllm.__version__, "record": r.name, "load_chunks": k,
                     "same_step_error": _where(e)}
         rec.answers = {key: LookupResult.HIT for key in rec.answers}
         steps.append({"incarnation": inc, "scheduled": got.scheduled.get(rid, 0),
                       "swa_chunks": sorted(got.chunks(SWA_GROUP, rid))})
+    else:
+        raise AssertionError(f"request {rid} still scheduled after {len(run.steps)} steps")
+    done = len(run.steps)
     run.run_to_completion()
-    tail = sorted(c for st in run.steps[len(steps):] for c in st.chunks(SWA_GROUP, rid))
+    tail = sorted(c for st in run.steps[done:] for c in st.chunks(SWA_GROUP, rid))
     if tail:
         steps.append({"incarnation": inc, "scheduled": 0, "swa_chunks": tail})
     lookups = [o for o in rec.observations[first:] if o.req_id == rid]
@@ -431,14 +436,14 @@ def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
     twin_steps = [{"kind": x.step.kind, "scheduled": x.step.scheduled_tokens,
                    "cursor": [x.cursor_before, x.cursor_after], "swa_chunks": list(x.submitted)}
                   for x in ran]
-    as_offers = lambda xs, key: [("", x[key], x["swa_chunks"]) for x in xs]  # noqa: E731
     return {
         "vllm": vllm.__version__, "record": r.name, "rule": r.store_rule,
         "load_chunks": k, "decoded_loaded_tokens": loaded_tokens,
         "cursor_before_preemption": cursor_before,
         "lookups": [_obs_json(setup, o, r) for o in lookups],
         "steps": steps,
-        "offered_again": restart_offers(as_offers(steps, "incarnation")),
+        "offered_again": restart_offers([("", st["incarnation"], st["swa_chunks"])
+                                         for st in steps]),
         "twin_steps": twin_steps,
         "twin_offered_again": restart_offers([("", x.incarnation, list(x.submitted))
                                               for x in ran]),
