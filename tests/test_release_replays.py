@@ -1,5 +1,6 @@
-"""Replays on vLLM 0.29.0 and 0.30.0's own scheduler and connector (slow: a
-venv of about 9 GB per release, made once by ``tests/vllm_releases.py``).
+"""Replays on vLLM 0.29.0, 0.30.0 and 0.32.0's own scheduler and connector
+(slow: a venv of about 5.5 GB per release, made once by
+``tests/vllm_releases.py``).
 
 Each case runs ``python -m kvreach.vllm_harness.release_replay CASE`` with the
 release's python (its real ``Scheduler``, ``KVCacheManager``, stock
@@ -142,19 +143,33 @@ def test_0_29_0_finish_stores_a_chunk_before_it_is_computed(python):
 
 
 def test_0_29_0_finish_after_a_preempted_recompute_stores_an_uncomputed_chunk(python):
-    """computed-before-stored-restarts of vllm-0.29: window 3, a 1-token
-    prompt decoded twice, preempted (``reset_prefix_cache(
-    reset_running_requests=True)``), recomputed (3 tokens, every store of the
-    recompute refused), finished with ``num_tokens`` 4 and 3 computed: with
-    2-token blocks 0.29.0 stores chunk 1 (tokens 2-3). In the decoded
-    geometry (1-token blocks) the recompute's chunk 2 is refused and the
-    finish retries it, but chunk 3's block is never allocated."""
+    """computed-before-stored-restarts of vllm-0.29 in world "vllm" with
+    0.33.0's cursor reset (the row's counterexample before the row became
+    0.29.0's): window 3, a 1-token prompt decoded twice, preempted
+    (``reset_prefix_cache(reset_running_requests=True)``), recomputed (3
+    tokens, every store of the recompute refused), finished with
+    ``num_tokens`` 4 and 3 computed: with 2-token blocks 0.29.0 stores chunk
+    1 (tokens 2-3). In the decoded geometry (1-token blocks) the recompute's
+    chunk 2 is refused and the finish retries it, but chunk 3's block is
+    never allocated.
+
+    The row's counterexample under 0.29.0's kept cursor (block 2, window 3,
+    alignment 8, a 2-token prompt) starts the request with 3 tokens
+    computed and no load: a start vLLM does not make. The GPU prefix-cache
+    hit of ``KVCacheManager.get_computed_blocks`` is a multiple of the
+    hybrid coordinator's ``_cache_hit_alignment_tokens`` (the scheduler
+    block, 8 tokens here, or with partial hash hits the hash block, 2) and
+    an offload hit whole chunks (2 tokens), so no start lands on 3 tokens;
+    the test asserts that shape instead of replaying it."""
     cex = counterexample("computed-before-stored-restarts", "vllm-0.29")
     c, g = cex["counterexample"], _group(cex)
-    assert (g["block_size"], g["window"], g["blocks_per_chunk"],
-            c["config"]["request"]["prompt_tokens"]) == (1, 3, 1, 1)
-    assert [(s["kind"], s["scheduled_tokens"], s["outcome"]) for s in c["plan"]] == [
-        ("recompute", 3, "refused"), ("finish", 0, "accept")]
+    assert cex["vllm"] == "0.29.0"
+    assert (g["block_size"], g["window"], g["alignment_tokens"], g["blocks_per_chunk"],
+            c["config"]["request"]["prompt_tokens"]) == (2, 3, 8, 1, 2)
+    start, plan = c["plan"][0], c["plan"]
+    assert [(s["kind"], s["scheduled_tokens"]) for s in plan] == [("start", 3), ("finish", 0)]
+    tokens = start["scheduled_tokens"]
+    assert tokens % g["block_size"] and tokens % g["alignment_tokens"]  # no whole-block hit
     for v in ("0.29.0", "0.33.0"):
         out = replay(python(v), "finish-store-restart")
         assert out["preempted"]
@@ -183,3 +198,153 @@ def test_hit_preservation_of_vllm_0_29_on_its_own_scheduler_and_lookup(python, t
     assert old["rule"]["hit_tokens"] < old["dense"]["hit_tokens"]
     # 0.33.0's own store rule keeps the dense hit
     assert new["rule"]["hit_tokens"] == new["dense"]["hit_tokens"]
+
+
+def counterexample_at(obligation: str, rule: str, version: str, tmp_path: Path) -> tuple[dict, Path]:
+    """``kvreach counterexample OBLIGATION --rule RULE --vllm VERSION --json``,
+    also written to a file for ``--cex``."""
+    p = subprocess.run([sys.executable, "-m", "kvreach.cli", "counterexample", obligation,
+                        "--rule", rule, "--vllm", version, "--json"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "counterexample", doc
+    f = tmp_path / f"{obligation}-{rule}-{version}.json"
+    f.write_text(p.stdout)
+    return doc, f
+
+
+def lookups_agree(out: dict) -> None:
+    """Every lookup vLLM made equals the release twin's (hit and loaded keys)."""
+    assert out["lookups"], out
+    for o in out["lookups"]:
+        assert (o["hit_tokens"], o["loaded"]) == (o["twin_hit_tokens"], o["twin_loaded"]), o
+        assert o["loaded_miss"] == [], o
+
+
+def test_hit_preservation_of_vllm_0_33_at_0_30_0_on_its_own_scheduler_and_lookup(python, tmp_path):
+    """hit-preservation (rule vllm-0.33, vLLM 0.30.0): the earlier request's
+    stores by 0.30.0's own ``_reachable_store_block_mask`` lose SWA chunk
+    292, the later request's 0.30.0 lookup hits 0 where dense stores give
+    1187; the dense run is the check that the same lookup can hit."""
+    doc, f = counterexample_at("hit-preservation", "vllm-0.33", "0.30.0", tmp_path)
+    c = doc["counterexample"]
+    assert c["lookup_groups"]["vllm"] == "0.30.0" and c["replayed_violation"] == [292]
+    out = replay(python("0.30.0"), "hit-preservation", "--cex", str(f))
+    assert (out["vllm"], out["record"]) == ("0.30.0", "0.30.0")
+    for content in ("rule", "dense"):
+        o = out[content]
+        assert (o["hit_tokens"], o["loaded"]) == (o["twin_hit_tokens"], o["twin_loaded"]), o
+        assert o["loaded_miss"] == []
+    assert 292 not in out["stored_swa_chunks"]
+    assert (out["rule"]["hit_tokens"], out["dense"]["hit_tokens"]) == (
+        c["later_lookup"]["hit_tokens"], c["later_lookup"]["dense_hit_tokens"]) == (0, 1187)
+
+
+def test_no_waste_of_vllm_0_33_at_0_30_0_on_its_own_lookup(python, tmp_path):
+    """no-waste (rule vllm-0.33, vLLM 0.30.0): chunk 23, kept by 0.30.0's
+    store rule at horizon 27, is loaded by no later request of 1 .. 117
+    tokens on 0.30.0's own lookup (the lookup checks a run of
+    ``cdiv(17, 4)`` = 5 chunks before each 36-token boundary, the mask
+    keeps 4). With every offloadable SWA chunk held (the check that the
+    search can fail) the requests of 108 .. 117 tokens load it."""
+    doc, f = counterexample_at("no-waste", "vllm-0.33", "0.30.0", tmp_path)
+    c = doc["counterexample"]
+    assert (c["chunk"], c["final_horizon_chunks"]) == (23, 27)
+    py = python("0.30.0")
+    out = replay(py, "no-waste", "--cex", str(f))
+    assert out["on_vllm"] == out["kvreach"], out
+    assert out["on_vllm"]["chunk_kept"] and out["on_vllm"]["loaded_by_later_tokens"] == []
+    assert out["on_vllm"]["later_requests"] == 117
+    dense = replay(py, "no-waste", "--cex", str(f), "--dense")
+    assert dense["on_vllm"] == dense["kvreach"], dense
+    assert dense["on_vllm"]["loaded_by_later_tokens"] == list(range(108, 118))
+
+
+def test_neighbours_of_vllm_0_33_at_0_30_0_lose_a_hit_on_its_own_code(python, tmp_path):
+    """hit-preservation-neighbours (rule vllm-0.33, vLLM 0.30.0): three
+    earlier requests' one-shot stores by 0.30.0's own connector, the later
+    request's 0.30.0 lookup against their union hits 16 where dense stores
+    give 36. The decoded later request carries ``max_load_tokens`` 0, which
+    0.30.0 does not read; 0.33.0 honours it and hits nothing either way (the
+    check that the figures are the release's)."""
+    doc, f = counterexample_at("hit-preservation-neighbours", "vllm-0.33", "0.30.0", tmp_path)
+    c = doc["counterexample"]
+    assert (c["twin_hit_tokens"], c["twin_dense_hit_tokens"]) == (16, 36)
+    out = {v: replay(python(v), "hit-preservation-neighbours", "--cex", str(f))
+           for v in ("0.30.0", "0.33.0")}
+    for o in out.values():
+        assert o["on_vllm"] == o["kvreach"], o
+    old, new = out["0.30.0"]["on_vllm"], out["0.33.0"]["on_vllm"]
+    assert (old["hit_tokens"], old["dense_hit_tokens"]) == (16, 36)
+    assert c["chunk"] not in {ch for s in old["stored_swa_chunks"] for ch in s}
+    assert out["0.33.0"]["max_load_tokens"] == 0
+    assert (new["hit_tokens"], new["dense_hit_tokens"]) == (0, 0)
+
+
+def _restart_figures(out: dict) -> tuple:
+    lookups_agree(out)
+    assert out["offered_again"] == out["twin_offered_again"], out
+    assert [s["swa_chunks"] for s in out["steps"] if s["swa_chunks"]] == [
+        s["swa_chunks"] for s in out["twin_steps"] if s["swa_chunks"]], out
+    return out["lookups"][-1]["hit_tokens"], out["offered_again"]
+
+
+def test_exactly_once_restarts_of_0_29_0_submits_twice_through_a_loaded_start(python, tmp_path):
+    """exactly-once-restarts (rule vllm-0.29, vLLM 0.29.0): prefill 1000
+    tokens (cursor 250), preemption, a loaded start, recompute, finish, on
+    0.29.0's own scheduler. The decoded start loads 201 tokens; the lookup
+    hits in full-attention chunks of 36 tokens, so the manager holds 5 of
+    them (and every stored SWA chunk): hit 180, cursor 45, and the recompute
+    submits 90 chunks of 50 .. 249 a second time (decoded: cursor 51, 89
+    chunks). Without the load 0.29.0 submits nothing twice (the cursor is
+    kept), where 0.33.0 (cursor reset on lookup) submits the 110 chunks of
+    the first prefill again; the loaded start in the preemption's own step
+    trips 0.29.0's ``build_connector_meta`` assertion."""
+    doc, f = counterexample_at("exactly-once-restarts", "vllm-0.29", "0.29.0", tmp_path)
+    c = doc["counterexample"]
+    assert [s["kind"] for s in c["plan"]] == ["prefill", "preempt", "loaded", "recompute", "finish"]
+    assert c["plan"][2]["scheduled_tokens"] == 201 and len(c["replayed_violation"]) == 89
+    py = python("0.29.0")
+    out = replay(py, "exactly-once-restarts", "--cex", str(f))
+    assert (out["vllm"], out["rule"], out["load_chunks"]) == ("0.29.0", "vllm-0.29", 5)
+    assert out["cursor_before_preemption"] == [27, 250]
+    hit, again = _restart_figures(out)
+    assert hit == 180 and len(again) == 90 and min(again) == 50 and max(again) == 249
+    assert set(again) <= set(out["steps"][0]["swa_chunks"])
+    none = replay(py, "exactly-once-restarts", "--cex", str(f), "--load-chunks", "0")
+    assert _restart_figures(none) == (0, [])
+    reset = replay(python("0.33.0"), "exactly-once-restarts", "--cex", str(f), "--load-chunks", "0")
+    hit, again = _restart_figures(reset)
+    assert hit == 0 and again == reset["steps"][0]["swa_chunks"] and len(again) == 110
+    same = replay(py, "exactly-once-restarts", "--cex", str(f), "--same-step")
+    assert same["same_step_error"].startswith("AssertionError"), same
+    assert "build_connector_meta" in same["same_step_error"]
+
+
+def test_exactly_once_restarts_of_0_30_0_submits_twice_through_a_loaded_start(python, tmp_path):
+    """exactly-once-restarts (rule vllm-0.33, vLLM 0.30.0/0.31.0/0.32.0) on
+    0.30.0's and 0.32.0's own scheduler (0.32.0: the 0.31.0/0.32.0
+    record): the decoded start loads 993 tokens; the manager holding what
+    the first prefill stored (27 full-attention chunks) gives hit 972,
+    cursor 243, and the rest of the prompt submits chunks 248 and 249 again
+    (decoded: cursor 249, chunk 249). Without the load nothing is submitted
+    twice; the same-step start trips the assertion 0.33.0 removed, and
+    0.33.0 runs it, submitting 248 and 249 again too."""
+    doc, f = counterexample_at("exactly-once-restarts", "vllm-0.33", "0.30.0", tmp_path)
+    c = doc["counterexample"]
+    assert doc["vllm"] == "0.30.0/0.31.0/0.32.0"
+    assert c["plan"][2]["scheduled_tokens"] == 993 and c["replayed_violation"] == [249]
+    for v, record in (("0.30.0", "0.30.0"), ("0.32.0", "0.31.0/0.32.0")):
+        py = python(v)
+        out = replay(py, "exactly-once-restarts", "--cex", str(f))
+        assert (out["vllm"], out["record"], out["rule"], out["load_chunks"]) == (
+            v, record, "vllm-0.33", 27)
+        assert _restart_figures(out) == (972, [248, 249])
+        none = replay(py, "exactly-once-restarts", "--cex", str(f), "--load-chunks", "0")
+        assert _restart_figures(none) == (0, [])
+        same = replay(py, "exactly-once-restarts", "--cex", str(f), "--same-step")
+        assert same["same_step_error"].startswith("AssertionError"), same
+        assert "build_connector_meta" in same["same_step_error"]
+    new = replay(python("0.33.0"), "exactly-once-restarts", "--cex", str(f), "--same-step")
+    assert "same_step_error" not in new and _restart_figures(new) == (972, [248, 249])

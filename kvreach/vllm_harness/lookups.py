@@ -132,6 +132,39 @@ def twin_outcome(setup: Setup, obs: Observation) -> LookupOutcome:
     return lookup(lookup_groups(setup), obs.later_request(), obs.content)
 
 
+class ReleaseRecorder(LookupRecorder):
+    """:class:`LookupRecorder` for any release 0.29.0 .. 0.33.0: 0.29.0's
+    ``get_num_new_matched_tokens`` takes no ``max_num_new_tokens``."""
+
+    def __init__(self, run: SchedulerRun) -> None:
+        real = run.offload.get_num_new_matched_tokens
+        super().__init__(run)
+
+        def spy(request, num_computed_tokens, *rest, **kw):
+            hit, is_async = real(request, num_computed_tokens, *rest, **kw)
+            self.observations.append(self._observe(request, num_computed_tokens, hit))
+            return hit, is_async
+
+        self.offload.get_num_new_matched_tokens = spy
+
+
+def release_outcome(setup: Setup, obs: Observation, r) -> LookupOutcome:
+    """kvreach's lookup with release ``r``'s parts (``kvreach.releases``
+    record; ``kvreach.impl.release``) for one of vLLM's lookups."""
+    from kvreach.impl import release as release_params
+
+    return lookup([release_params.with_lookup_of(r, g) for g in lookup_groups(setup)],
+                  obs.later_request(), obs.content, parts=release_params.lookup_parts(r))
+
+
+def recorder_and_twin(r=None):
+    """(recorder class, twin ``(setup, obs) -> LookupOutcome``): vLLM 0.33.0's
+    (``r`` None) or release ``r``'s."""
+    if r is None:
+        return LookupRecorder, twin_outcome
+    return ReleaseRecorder, lambda setup, obs: release_outcome(setup, obs, r)
+
+
 _ids = itertools.count()
 
 
@@ -177,22 +210,25 @@ def later_lookups(rec: "LookupRecorder", tokens: list[int], max_load_tokens: int
     return [o for o in rec.observations if o.req_id == rid]
 
 
-def lookups_by_length(rec: "LookupRecorder", setup: Setup, tokens: list[int]):
+def lookups_by_length(rec: "LookupRecorder", setup: Setup, tokens: list[int],
+                      outcome=twin_outcome):
     """Every later request of the first 1 .. ``len(tokens)`` tokens, the GPU
     prefix cache reset before each (no GPU-local hit), against the manager's
     current answers. Yields ``(T, vLLM's observations of that request, the
-    twin's outcome for its last one)``."""
+    twin's (``outcome``'s) outcome for its last one)``."""
     for T in range(1, len(tokens) + 1):
         assert rec.run.scheduler.reset_prefix_cache()
         obs = later_lookups(rec, tokens[:T])
-        yield T, obs, twin_outcome(setup, obs[-1])
+        yield T, obs, outcome(setup, obs[-1])
 
 
-def check(setup: Setup, observations: list) -> None:
+def check(setup: Setup, observations: list, outcome=twin_outcome) -> None:
+    """Each observation's keys and vLLM's hit and loaded keys equal the twin's
+    (``outcome``: vLLM 0.33.0's lookup, or a release's, :func:`recorder_and_twin`)."""
     groups = lookup_groups(setup)
     assert observations, "vLLM made no lookup"
     for o in observations:
         assert o.num_keys == tuple(num_keys(g, o.later_request()) for g in groups), o
-        twin = twin_outcome(setup, o)
+        twin = outcome(setup, o)
         assert (twin.hit_tokens, twin.loaded_keys()) == (o.hit_tokens, o.loaded), (
             f"twin {twin} != vLLM hit {o.hit_tokens} loaded {sorted(o.loaded)} for {o}")

@@ -29,6 +29,15 @@ and it prints one JSON object. ``CASE``:
   earlier request's lifecycle stores through the release's own store rule,
   then the later request's hit through the release's own lookup, against
   those stores and against dense ones.
+- ``no-waste`` (``--cex FILE``, ``--dense``): a decoded no-waste
+  counterexample: which later requests' lookups load the decoded chunk when
+  the manager holds the chunks the release's store rule keeps at the final
+  horizon (``--dense``: every offloadable chunk).
+- ``hit-preservation-neighbours`` (``--cex FILE``): the earlier requests'
+  one-shot stores, then the later request against their union and dense.
+- ``exactly-once-restarts`` (``--cex FILE``, ``--load-chunks K``,
+  ``--same-step``): prefill, preemption, a loaded start, recompute, finish;
+  the chunks ``prepare_store`` receives in each incarnation.
 
 Every lookup vLLM makes is also given to kvreach's twin with that release's
 record (``kvreach.releases``: the lookup's window, padded initial window,
@@ -52,7 +61,7 @@ from vllm.v1.kv_offload.base import LookupResult
 
 from kvreach import releases as R
 from kvreach.impl import lookup as lk
-from kvreach.vllm_harness.lookups import LookupRecorder, later_tokens, new_id
+from kvreach.vllm_harness.lookups import ReleaseRecorder, later_tokens, new_id, release_outcome
 from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, full, swa
 
 
@@ -60,31 +69,9 @@ def record() -> R.Release:
     return R.release(vllm.__version__)
 
 
-class ReleaseRecorder(LookupRecorder):
-    """:class:`LookupRecorder` for any release: 0.29.0's
-    ``get_num_new_matched_tokens`` takes no ``max_num_new_tokens``."""
-
-    def __init__(self, run: SchedulerRun) -> None:
-        real = run.offload.get_num_new_matched_tokens
-        super().__init__(run)
-
-        def spy(request, num_computed_tokens, *rest, **kw):
-            hit, is_async = real(request, num_computed_tokens, *rest, **kw)
-            self.observations.append(self._observe(request, num_computed_tokens, hit))
-            return hit, is_async
-
-        self.offload.get_num_new_matched_tokens = spy
-
-
 def twin(setup: Setup, obs, r: R.Release) -> lk.LookupOutcome:
     """kvreach's lookup with release ``r``'s parts, for one of vLLM's lookups."""
-    from kvreach import conform as cf
-
-    gs = [cf._lookup_group(g.block_size * setup.dcp_world_size, setup.blocks_per_chunk,
-                           g.window if g.kind == "swa" else None,
-                           g.extra_retained_tokens if g.kind == "swa" else 0, g.eagle, r)
-          for g in setup.groups]
-    return lk.lookup(gs, obs.later_request(), obs.content, parts=cf._lookup_parts(r))
+    return release_outcome(setup, obs, r)
 
 
 def _obs_json(setup: Setup, obs, r: R.Release) -> dict:
@@ -295,14 +282,193 @@ def hit_preservation(model_dir: str, cex: dict) -> dict:
     return out
 
 
+# --- no-waste and hit-preservation-neighbours on the release's own code ---------------------
+
+
+def no_waste(model_dir: str, cex: dict, dense: bool = False) -> dict:
+    """A decoded no-waste counterexample (``replay.replay_no_waste``) on the
+    installed release: the manager answers HIT for the SWA chunks the
+    release's store rule keeps at the decoded final horizon; every later
+    request of 1 .. ``H * C + 2C + 1`` tokens; each lookup against the
+    release's twin. ``dense``: the manager holds every offloadable SWA chunk (the check that a chunk some
+    later request loads is reported loaded)."""
+    from kvreach.vllm_harness.replay import replay_no_waste
+
+    r = record()
+    out = replay_no_waste(model_dir, cex, r.store_rule, release=r, dense=dense)
+    return {"vllm": vllm.__version__, "record": r.name, "chunk": cex["chunk"], "dense": dense,
+            "on_vllm": out["vllm"], "kvreach": out["kvreach"]}
+
+
+def neighbours(model_dir: str, cex: dict) -> dict:
+    """A decoded hit-preservation-neighbours counterexample
+    (``replay.replay_neighbours``) on the installed release's stock
+    connector: each earlier request's one-shot stores, then the later
+    request against their union and against dense stores; every lookup
+    against the release's twin, the result against
+    ``proofs.neighbours.twin`` under the release's lookup."""
+    from kvreach.vllm_harness.replay import replay_neighbours
+
+    r = record()
+    out = replay_neighbours(model_dir, cex, r.store_rule, release=r)
+    return {"vllm": vllm.__version__, "record": r.name,
+            "max_load_tokens": cex["later_request"]["max_load_tokens"],
+            "on_vllm": out["vllm"], "kvreach": out["kvreach"]}
+
+
+# --- exactly-once-restarts: a loaded start below the kept cursor ----------------------------
+
+
+def _where(e: BaseException) -> str:
+    """``"Type: message at file:line in function"`` of the innermost frame."""
+    import traceback
+
+    fr = traceback.extract_tb(e.__traceback__)[-1]
+    path = fr.filename.split("site-packages/")[-1]
+    return f"{type(e).__name__}: {e} at {path}:{fr.lineno} in {fr.name}: {fr.line}"
+
+RESTART_PLAN = ("prefill", "preempt", "loaded", "recompute", "prefill", "finish")
+
+
+def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
+             defer: bool = True) -> dict:
+    """exactly-once-restarts' decoded plan (prefill, preemption, a loaded
+    start, the recompute, finish) on the installed release's own scheduler
+    and stock connector. The preemption is vLLM's
+    ``reset_prefix_cache(reset_running_requests=True)``; the loaded start is
+    the request's next ``schedule``: ``get_num_new_matched_tokens`` against
+    a manager holding the first ``load_chunks`` full-attention chunks and
+    every SWA chunk ``prepare_store`` accepted (default: the decoded loaded
+    tokens over the full-attention chunk, the lookup's granularity here;
+    0: nothing held, no load), ``update_state_after_alloc`` moving the
+    cursor to the hit's chunks, the load completed by the harness's worker;
+    then the scheduler's own recompute steps to the finish.
+
+    ``defer``: the manager's first answer after the preemption is
+    HIT_PENDING for the keys it holds (the lookup defers, the request waits
+    one step), so the step whose ``SchedulerOutput`` names the preempted
+    request carries no load of it. Without it (``defer=False``) the
+    preemption and the loaded start are one step, and 0.29.0 .. 0.32.0's
+    ``build_connector_meta`` (its flush of the preempted request's jobs)
+    asserts that every job of the request is a store, which its new load is
+    not (0.33.0 excludes the step's new loads: "A cache reset can preempt
+    and reload a request in the same step"): the result is then only that
+    assertion, ``same_step_error``.
+
+    -> per step the SWA chunks ``prepare_store`` received, with the
+    incarnation (preemptions before it), vLLM's lookup beside the release's
+    twin, and the chunks submitted again in a later incarnation: vLLM's, and
+    kvreach's (``impl.lifecycle.run_vllm`` under the release's record over
+    the plan vLLM ran: prefill, preempt, lookup, the loaded start, the
+    scheduler's steps, finish)."""
+    from kvreach.impl.lifecycle import VllmStep, run_vllm
+    from kvreach.params import GroupConfig, RequestConfig, cdiv
+    from kvreach.vllm_harness.replay_lifecycle import SWA_GROUP, restart_offers, setup_of
+
+    r = record()
+    plan = cex["plan"]
+    kinds = [st["kind"] for st in plan]
+    for i, st in enumerate(plan, 1):
+        if st["kind"] not in RESTART_PLAN or st["outcome"] != "accept" or st["null"] \
+                or st["shared_prefix_boundary"]:
+            raise ValueError(f"plan step {i} {st}: expected a {', '.join(RESTART_PLAN)} step, "
+                             "every store accepted, no null block, no shared-prefix boundary")
+    if kinds.count("preempt") != 1 or kinds.count("loaded") != 1 or kinds[-1] != "finish" \
+            or kinds.index("loaded") != kinds.index("preempt") + 1:
+        raise ValueError(f"plan kinds {kinds}: expected prefill steps, one preemption, a "
+                         "loaded start right after it, the recompute and a finish")
+    g = GroupConfig(**cex["config"]["group"])
+    req = RequestConfig(**cex["config"]["request"])
+    setup = setup_of("exactly-once-restarts", r.store_rule, g, req, cex["budget"])
+    full_chunk = setup.groups[0].block_size * setup.blocks_per_chunk
+    loaded_tokens = plan[kinds.index("loaded")]["scheduled_tokens"]
+    k = loaded_tokens // full_chunk if load_chunks is None else load_chunks
+    run = SchedulerRun(setup, STOCK, model_dir)
+    rec = ReleaseRecorder(run)
+    rid = "stored"
+    params = None if req.max_offload_tokens is None else {
+        "max_offload_tokens": req.max_offload_tokens}
+    run.add_request(rid, req.prompt_tokens, max_tokens=1, kv_transfer_params=params)
+    steps, inc = [], 0
+    for i, st in enumerate(plan[:kinds.index("preempt")], 1):
+        got = run.step()
+        if got.scheduled.get(rid, 0) != st["scheduled_tokens"]:
+            raise ValueError(f"plan step {i} ({st['kind']}) schedules {st['scheduled_tokens']} "
+                             f"tokens, the scheduler {got.scheduled.get(rid, 0)}")
+        steps.append({"incarnation": inc, "scheduled": st["scheduled_tokens"],
+                      "swa_chunks": sorted(got.chunks(SWA_GROUP, rid))})
+    cursor_before = [gs.next_stored_chunk_idx for gs in run.offload._req_status[rid].group_states]
+    assert run.scheduler.reset_prefix_cache(reset_running_requests=True)
+    inc += 1
+    stored = set(rec.stored_keys.get(rid, []))
+    held = LookupResult.HIT_PENDING if defer else LookupResult.HIT
+    rec.answers = {key: held for key, (gi, c) in rec.key_positions(rid).items()
+                   if k and (c < k if gi != SWA_GROUP else key in stored)}
+    first = len(rec.observations)
+    for _ in range(4 * cdiv(req.prompt_tokens, cex["budget"]) + 4):
+        if rid not in run.scheduler.requests:
+            break
+        try:
+            got = run.step()
+        except AssertionError as e:  # vLLM's own assertion (0.29.0 .. 0.32.0: see docstring)
+            return {"vllm": vllm.__version__, "record": r.name, "load_chunks": k,
+                    "same_step_error": _where(e)}
+        rec.answers = {key: LookupResult.HIT for key in rec.answers}
+        steps.append({"incarnation": inc, "scheduled": got.scheduled.get(rid, 0),
+                      "swa_chunks": sorted(got.chunks(SWA_GROUP, rid))})
+    else:
+        raise AssertionError(f"request {rid} still scheduled after {len(run.steps)} steps")
+    done = len(run.steps)
+    run.run_to_completion()
+    tail = sorted(c for st in run.steps[done:] for c in st.chunks(SWA_GROUP, rid))
+    if tail:
+        steps.append({"incarnation": inc, "scheduled": 0, "swa_chunks": tail})
+    lookups = [o for o in rec.observations[first:] if o.req_id == rid]
+    hit = lookups[-1].hit_tokens or 0
+    # kvreach: the plan as vLLM ran it
+    n0 = kinds.index("preempt")
+    twin_plan = [VllmStep(st["kind"], st["scheduled_tokens"]) for st in plan[:n0]]
+    twin_plan += [VllmStep("preempt"), VllmStep("lookup")]
+    twin_plan += [VllmStep("loaded", hit)] if hit else []
+    twin_plan += [VllmStep("prefill", st["scheduled"]) for st in steps[n0:] if st["scheduled"]]
+    twin_plan.append(VllmStep("finish"))
+    ran = run_vllm(r.store_rule, g, req, twin_plan, r)
+    twin_steps = [{"kind": x.step.kind, "scheduled": x.step.scheduled_tokens,
+                   "cursor": [x.cursor_before, x.cursor_after], "swa_chunks": list(x.submitted)}
+                  for x in ran]
+    return {
+        "vllm": vllm.__version__, "record": r.name, "rule": r.store_rule,
+        "load_chunks": k, "decoded_loaded_tokens": loaded_tokens,
+        "cursor_before_preemption": cursor_before,
+        "lookups": [_obs_json(setup, o, r) for o in lookups],
+        "steps": steps,
+        "offered_again": restart_offers([("", st["incarnation"], st["swa_chunks"])
+                                         for st in steps]),
+        "twin_steps": twin_steps,
+        "twin_offered_again": restart_offers([("", x.incarnation, list(x.submitted))
+                                              for x in ran]),
+    }
+
+
+CEX_CASES = {"hit-preservation": hit_preservation, "no-waste": no_waste,
+             "hit-preservation-neighbours": neighbours, "exactly-once-restarts": restarts}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kvreach.vllm_harness.release_replay")
-    p.add_argument("case", choices=[*UNCHECKED, *FINISH, "hit-preservation"])
+    p.add_argument("case", choices=[*UNCHECKED, *FINISH, *CEX_CASES])
     p.add_argument("--cex", help="a counterexample JSON file (kvreach counterexample --json)")
     p.add_argument("--missing", help="JSON list of [group, chunk] missing from the store")
     p.add_argument("--decode", type=int)
     p.add_argument("--group", help="finish-store*: block_size,window,blocks_per_chunk")
     p.add_argument("--prompt", type=int, help="finish-store*: prompt tokens")
+    p.add_argument("--load-chunks", type=int,
+                   help="exactly-once-restarts: full-attention chunks the manager holds at the "
+                        "loaded start (0: none, no load)")
+    p.add_argument("--dense", action="store_true",
+                   help="no-waste: the manager holds every offloadable SWA chunk")
+    p.add_argument("--same-step", action="store_true",
+                   help="exactly-once-restarts: the loaded start in the preemption's step")
     a = p.parse_args(argv)
     from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
 
@@ -321,7 +487,17 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             with open(a.cex) as f:
                 cex = json.load(f)
-            out = hit_preservation(model, cex.get("counterexample", cex))
+            cex = cex.get("counterexample", cex)
+            try:
+                if a.case == "no-waste":
+                    out = no_waste(model, cex, a.dense)
+                elif a.case == "exactly-once-restarts":
+                    out = restarts(model, cex, a.load_chunks, not a.same_step)
+                else:
+                    out = CEX_CASES[a.case](model, cex)
+            except ValueError as e:  # a counterexample this replay cannot run
+                print(f"--cex: {e}", file=sys.stderr)
+                return 2
     print(json.dumps(out))
     return 0
 

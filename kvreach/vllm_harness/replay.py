@@ -27,7 +27,15 @@ from unittest import mock
 
 from vllm.v1.kv_offload.base import LookupResult
 
-from kvreach.vllm_harness.lookups import LookupRecorder, check, later_lookups, later_tokens, lookups_by_length, new_id
+from kvreach.vllm_harness.lookups import (
+    LookupRecorder,
+    check,
+    later_lookups,
+    later_tokens,
+    lookups_by_length,
+    new_id,
+    recorder_and_twin,
+)
 from kvreach.vllm_harness.replay_lifecycle import assert_rule_ran, connector_of
 from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, drive, full, prompt_token_ids, swa
 
@@ -150,6 +158,16 @@ def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
     return out
 
 
+def _mask_group(release, g):
+    """The group as ``release``'s store mask sees it (0.30.0's mask window has
+    no ``extra_retained_tokens``); ``g`` itself for vLLM 0.33.0 (None)."""
+    if release is None:
+        return g
+    from kvreach.impl.release_rules import mask_group
+
+    return mask_group(release, g)
+
+
 def _offloadable(cex: dict) -> int:
     return max(st["offloadable_tokens"] for st in cex["trace"]["steps"])
 
@@ -165,7 +183,8 @@ def replay_hit_preservation(model_dir: str, cex: dict, rule: str, load_model: st
 # --- world (a), waste: a kept chunk no later request loads ---------------------------------
 
 
-def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
+def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None = None,
+                    release=None, dense: bool = False) -> dict:
     """no-waste (and -read-window): the manager answers HIT for exactly the
     SWA chunks the rule keeps at the decoded final horizon (its one-shot keep
     decision, ``impl.rules.store_step``: the world the obligation states) and
@@ -174,30 +193,36 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
     no ``max_load_tokens``, as ``proofs.decode.unloaded_kept_chunk`` tries
     them) is scheduled. -> the lengths whose lookup loads the decoded chunk:
     vLLM's, and kvreach's twin's for the same answers (both empty: the chunk
-    is waste), and whether the rule keeps it."""
+    is waste), and whether the rule keeps it. ``release`` (a
+    ``kvreach.releases`` record: the installed vLLM's, whichever release it
+    is): the twin's lookup and the kept chunks are that release's (its lookup
+    parts, its store rule over the group its mask sees), ``rule`` its store rule.
+    ``dense``: the manager holds every offloadable SWA chunk instead (the
+    check that a chunk some later request loads is found loaded)."""
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
 
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
     H, c, off = cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
-    kept = set(store_step(rule, g, r, 0, H, True).chunks)
+    kept = set(store_step(rule, _mask_group(release, g), r, 0, H, True).chunks)
+    recorder, outcome = recorder_and_twin(release)
     groups = groups_of(cex)
     setup = Setup(groups, budget=4096, blocks_per_chunk=g.blocks_per_chunk)
     swa_gi = len(groups) - 1
     loaded = {"vllm": [], "kvreach": []}
     with lookup_variant(cex):
         run = SchedulerRun(setup, STOCK, model_dir)
-        rec = LookupRecorder(run)
+        rec = recorder(run)
         longest = H * g.chunk_tokens + 2 * g.chunk_tokens + 1
         tokens = prompt_token_ids(longest, seed=31)
         rid = new_id("keys-")  # a request whose keys are the stored chunks' keys (prefix hashes)
         run.add_request(rid, longest, max_tokens=1, token_ids=tokens)
         run.run_to_completion()
         rec.answers = _offloadable_answers(rec, setup, rid, off,
-                                           lambda gi, ci: gi != swa_gi or ci in kept)
-        for T, obs, twin in lookups_by_length(rec, setup, tokens):
-            check(setup, obs)  # vLLM's hit and loaded keys equal kvreach's twin
+                                           lambda gi, ci: dense or gi != swa_gi or ci in kept)
+        for T, obs, twin in lookups_by_length(rec, setup, tokens, outcome):
+            check(setup, obs, outcome)  # vLLM's hit and loaded keys equal kvreach's twin
             if (swa_gi, c) in obs[-1].loaded:
                 loaded["vllm"].append(T)
             if (swa_gi, c) in twin.loaded_keys():
@@ -233,7 +258,8 @@ def neighbour_tokens(cex: dict) -> list[list[int]]:
     return seqs
 
 
-def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
+def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | None = None,
+                      release=None) -> dict:
     """hit-preservation-neighbours: each earlier request runs as a prompt
     that finishes after one prefill step (its only store: the keep decision
     at its final horizon, the world's one-shot stores;
@@ -242,7 +268,10 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
     union of the keys ``prepare_store`` accepted for them, and against every
     key any of them could offload (dense).
     -> vLLM's and the twin's (``proofs.neighbours.twin``) hits, and each
-    request's stored SWA chunks: vLLM's and the one-shot decision's."""
+    request's stored SWA chunks: vLLM's and the one-shot decision's.
+    ``release`` (the installed vLLM's record): vLLM's stock connector, the
+    twin of each lookup and the one-shot decision that release's (``rule``
+    its store rule), the twin's result under that release's lookup."""
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
     from kvreach.proofs.neighbours import twin
@@ -263,9 +292,10 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
     setup = Setup(groups, budget=max(2048, *map(len, earlier), len(later)),
                   blocks_per_chunk=g.blocks_per_chunk)
     swa_gi = len(groups) - 1
-    which, extra = connector_of(rule)
+    which, extra = connector_of(rule) if release is None else (STOCK, None)
+    recorder, outcome = recorder_and_twin(release)
     run = SchedulerRun(setup, which, model_dir, extra_config=extra)
-    rec = LookupRecorder(run)
+    rec = recorder(run)
     rids, dense, stored = [], {}, {"vllm": [], "kvreach": []}
     for toks, q in zip(earlier, cex["requests"]):
         rid = new_id("neighbour-")
@@ -278,8 +308,8 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
         stored["vllm"].append(sorted(c for k in rec.stored_keys.get(rid, [])
                                      for gi, c in [pos[k]] if gi == swa_gi))
         rq = RequestConfig(**(req | {"prompt_tokens": q["prompt_tokens"]}))
-        stored["kvreach"].append(sorted(store_step(rule, g, rq, 0, q["final_horizon_chunks"],
-                                                   True).chunks))
+        stored["kvreach"].append(sorted(store_step(rule, _mask_group(release, g), rq, 0,
+                                                   q["final_horizon_chunks"], True).chunks))
     hits = []
     lr = cex["later_request"]
     for answers in ({k: LookupResult.HIT for rid in rids for k in rec.stored_keys.get(rid, [])},
@@ -287,9 +317,11 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
         rec.answers = answers
         assert run.scheduler.reset_prefix_cache()
         obs = later_lookups(rec, later, lr["max_load_tokens"])
-        check(setup, obs)
+        check(setup, obs, outcome)
         hits.append(obs[-1].hit_tokens)
     assert_rule_ran(run)
+    if release is not None:  # the twin under the installed release's lookup
+        cex = cex | {"lookup_groups": cex["lookup_groups"] | {"vllm": release.name}}
     got, dense_out, _ = twin(cex, rule)
     return {"vllm": {"hit_tokens": hits[0], "dense_hit_tokens": hits[1],
                      "stored_swa_chunks": stored["vllm"]},
