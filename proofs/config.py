@@ -50,7 +50,7 @@ NAMED_ITES = frozenset({"exactly-once-incarnation", "exactly-once-restarts", "re
 # are named the same way. Their models are decoded and replayed on vLLM's
 # scheduler (tests/vllm), and a named query finds other models than the
 # written one (the same Z3 search on other terms), so a named search first
-# looks for a trace in the shape the replay runs (``Obligation.named_shape``)
+# looks for a trace in the shape the replay runs (``Obligation.named_shapes``)
 # and each obligation here had its rows' counterexamples replayed again.
 # exactly-once-restarts: 4.1 M -> 0.52 M (vllm-0.29), 6.5 M -> 1.1 M
 # (0.30.0-0.32.0), 5.4 M -> 0.55 M (vllm-0.33), 5.7 M -> 0.19 M (lookup-window)

@@ -132,11 +132,11 @@ class Obligation:
     # (tests/vllm, ``--replay-vllm``), tried in order by the counterexample
     # search (static: once the query is sat); the verdict never depends on them.
     replayable: Callable | None = None
-    # (ctx, states, steps) -> [Bool], a lifecycle obligation's trace in a shape vLLM's
+    # (ctx, states, steps) -> [[Bool]], a lifecycle obligation's traces in shapes vLLM's
     # scheduler replays (tests/vllm): a named counterexample search
     # (``config.NAMED_BMC``), whose model is not the written query's, tries
-    # that shape first (the verdict never depends on it)
-    named_shape: Callable | None = None
+    # those shapes first, in order (the verdict never depends on them)
+    named_shapes: Callable | None = None
     bounds: dict = field(default_factory=dict)  # the bounds its scope states (proofs/config.py)
     lookup_variant: str = "vllm-0.33"  # the later request's (spec.lookup.LOOKUP_VARIANTS)
     # the fields of a vLLM release record (``kvreach.releases.Release``) its

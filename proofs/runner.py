@@ -203,7 +203,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
     runs (``Obligation.replayable``); None: that shape first, per query.
     ``named``: each query's if-then-else terms named (``proofs/flatten.py``;
     None: for the obligations of ``config.NAMED_BMC``), the row's own search
-    first in the obligation's ``named_shape``."""
+    first in the obligation's ``named_shapes``."""
     ob = OBLIGATIONS[name]
     if named is None:
         named = name in NAMED_BMC
@@ -229,8 +229,8 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     if pinned else decode.readable_bounds(ctx)
                 )
             shapes = _shapes(ob, ctx, pinned, shaped)
-            if named and store_fn is None and ob.named_shape is not None:
-                shapes = [ob.named_shape(ctx, sts, trs)] + shapes
+            if named and store_fn is None and ob.named_shapes is not None:
+                shapes = list(ob.named_shapes(ctx, sts, trs)) + shapes
             for shape in shapes:
                 terms = q.premise + extra + shape + [q.violation]
                 r, m = _solve(flat_terms(terms) if named else terms, CHECK_RL, meter)

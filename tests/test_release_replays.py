@@ -292,25 +292,25 @@ def _restart_figures(out: dict) -> tuple:
 
 def test_exactly_once_restarts_of_0_29_0_submits_twice_through_a_loaded_start(python, tmp_path):
     """exactly-once-restarts (rule vllm-0.29, vLLM 0.29.0): prefill 1000
-    tokens (cursor 250), preemption, a loaded start, recompute, finish, on
-    0.29.0's own scheduler. The decoded start loads 201 tokens; the lookup
-    hits in full-attention chunks of 36 tokens, so the manager holds 5 of
-    them (and every stored SWA chunk): hit 180, cursor 45, and the recompute
-    submits 90 chunks of 50 .. 249 a second time (decoded: cursor 51, 89
-    chunks). Without the load 0.29.0 submits nothing twice (the cursor is
-    kept), where 0.33.0 (cursor reset on lookup) submits the 110 chunks of
-    the first prefill again; the loaded start in the preemption's own step
-    trips 0.29.0's ``build_connector_meta`` assertion."""
+    tokens (cursor 250), preemption, a start loading 576 tokens (16 of the
+    lookup's 36-token full-attention chunks; the search asks for whole
+    ones), the rest of the prompt, finish, on 0.29.0's own scheduler: hit
+    576, cursor 144, and the prefill submits the decoded chunks (149-152,
+    158-161, ..., 248-249) a second time. Without the load 0.29.0 submits
+    nothing twice (the cursor is kept), where 0.33.0 (cursor reset on
+    lookup) submits the 110 chunks of the first prefill again; the loaded
+    start in the preemption's own step trips 0.29.0's
+    ``build_connector_meta`` assertion."""
     doc, f = counterexample_at("exactly-once-restarts", "vllm-0.29", "0.29.0", tmp_path)
     c = doc["counterexample"]
-    assert [s["kind"] for s in c["plan"]] == ["prefill", "preempt", "loaded", "recompute", "finish"]
-    assert c["plan"][2]["scheduled_tokens"] == 201 and len(c["replayed_violation"]) == 89
+    assert [s["kind"] for s in c["plan"]] == ["prefill", "preempt", "loaded", "prefill", "finish"]
+    assert c["plan"][2]["scheduled_tokens"] == 576 and len(c["replayed_violation"]) == 46
     py = python("0.29.0")
     out = replay(py, "exactly-once-restarts", "--cex", str(f))
-    assert (out["vllm"], out["rule"], out["load_chunks"]) == ("0.29.0", "vllm-0.29", 5)
+    assert (out["vllm"], out["rule"], out["load_chunks"]) == ("0.29.0", "vllm-0.29", 16)
     assert out["cursor_before_preemption"] == [27, 250]
     hit, again = _restart_figures(out)
-    assert hit == 180 and len(again) == 90 and min(again) == 50 and max(again) == 249
+    assert hit == 576 and again == c["replayed_violation"]
     assert set(again) <= set(out["steps"][0]["swa_chunks"])
     none = replay(py, "exactly-once-restarts", "--cex", str(f), "--load-chunks", "0")
     assert _restart_figures(none) == (0, [])
@@ -325,16 +325,16 @@ def test_exactly_once_restarts_of_0_29_0_submits_twice_through_a_loaded_start(py
 def test_exactly_once_restarts_of_0_30_0_submits_twice_through_a_loaded_start(python, tmp_path):
     """exactly-once-restarts (rule vllm-0.33, vLLM 0.30.0/0.31.0/0.32.0) on
     0.30.0's and 0.32.0's own scheduler (0.32.0: the 0.31.0/0.32.0
-    record): the decoded start loads 993 tokens; the manager holding what
-    the first prefill stored (27 full-attention chunks) gives hit 972,
-    cursor 243, and the rest of the prompt submits chunks 248 and 249 again
-    (decoded: cursor 249, chunk 249). Without the load nothing is submitted
+    record): the decoded start loads 972 tokens (27 full-attention chunks);
+    the manager holding what the first prefill stored gives hit 972, cursor
+    243, and the recompute submits chunks 248 and 249 again, as decoded.
+    Without the load nothing is submitted
     twice; the same-step start trips the assertion 0.33.0 removed, and
     0.33.0 runs it, submitting 248 and 249 again too."""
     doc, f = counterexample_at("exactly-once-restarts", "vllm-0.33", "0.30.0", tmp_path)
     c = doc["counterexample"]
     assert doc["vllm"] == "0.30.0/0.31.0/0.32.0"
-    assert c["plan"][2]["scheduled_tokens"] == 993 and c["replayed_violation"] == [249]
+    assert c["plan"][2]["scheduled_tokens"] == 972 and c["replayed_violation"] == [248, 249]
     for v, record in (("0.30.0", "0.30.0"), ("0.32.0", "0.31.0/0.32.0")):
         py = python(v)
         out = replay(py, "exactly-once-restarts", "--cex", str(f))

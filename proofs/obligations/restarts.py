@@ -33,7 +33,8 @@ from kvreach.proofs.obligations.store import (  # the world-single forms, restat
 )
 from kvreach.spec import mask
 from kvreach.spec.lifecycle import (
-    K_ABORT, K_DECODE, K_FINISH, K_LOOKUP, K_PREEMPT, K_PREFILL, O_REFUSED,
+    K_ABORT, K_DECODE, K_FINISH, K_LOOKUP, K_PREEMPT, K_PREFILL, K_RECOMPUTE, K_START_LOADED,
+    O_REFUSED,
 )
 
 WORLD_SCOPE = (
@@ -105,14 +106,30 @@ def _computed_lemmas(ctx, pre, tr, post):
 
 
 # the step kinds kvreach.vllm_harness.replay_lifecycle.check_restart_plan runs
+# (vLLM 0.33.0's scheduler, a lone request, the manager answering MISS)
 REPLAYED_KINDS = (K_PREFILL, K_DECODE, K_PREEMPT, K_LOOKUP, K_FINISH, K_ABORT)
+# the plan kvreach.vllm_harness.release_replay.restarts runs on a release
+# that keeps the cursor (0.29.0 .. 0.32.0): prefill steps, a preemption, a
+# loaded start, the recompute, the finish
+RELEASE_REPLAYED_KINDS = (K_PREFILL, K_PREEMPT, K_START_LOADED, K_RECOMPUTE, K_FINISH)
 
 
-def _replayed_kinds(ctx, sts, trs) -> list:
-    """Every step of the trace one vLLM's scheduler replays for a lone
-    request (:data:`REPLAYED_KINDS`: no start, loaded start, recompute,
-    async decode)."""
-    return [z3.Or([t.kind == k for k in REPLAYED_KINDS]) for t in trs]
+def _replayed_shapes(ctx, sts, trs) -> list[list]:
+    """The traces vLLM's scheduler replays for a lone request, tried in
+    order by the named counterexample search: every step of
+    :data:`REPLAYED_KINDS` (no start, loaded start, recompute, async
+    decode); else every step of :data:`RELEASE_REPLAYED_KINDS`, the last a
+    finish, a loaded start's ``num_cached_tokens`` a whole number of
+    full-attention chunks (``A * blocks_per_chunk`` tokens; the SWA chunk
+    without an alignment): the granularity of an offload hit, so the
+    decoded load is one the lookup can answer."""
+    s = ctx.s
+    unit = z3.If(s.has_align, s.A * s.bpc, s.C)
+    plain = [z3.Or([t.kind == k for k in REPLAYED_KINDS]) for t in trs]
+    loaded = [z3.Or([t.kind == k for k in RELEASE_REPLAYED_KINDS]) for t in trs] + [
+        z3.Implies(t.kind == K_START_LOADED, t.sched % unit == 0) for t in trs] + [
+        trs[-1].kind == K_FINISH]
+    return [plain, loaded]
 
 
 def _refused_step(ctx, pre, tr, post):
@@ -145,7 +162,7 @@ EXACTLY_ONCE_RESTARTS = world_vllm(
     "them from being transferred twice).",
     step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
     bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
-    named_shape=_replayed_kinds,
+    named_shapes=_replayed_shapes,
 )
 COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
     "computed-before-stored-restarts",
