@@ -20,10 +20,20 @@ was (non-vacuity). Guarded, the definitions are not substituted back by
 from __future__ import annotations
 
 import z3
+from z3 import z3core
+from z3.z3 import _to_expr_ref
 
 from kvreach.proofs.framework import Query
 
 PREFIX = "named_ite"
+
+
+def _unchecked(fn):
+    """The C function behind a z3core wrapper, without the error-code check
+    the wrapper makes after each call (the walk's calls are reads of live
+    terms, which do not fail); the wrapper itself if it is not of that form."""
+    el = (fn.__defaults__ or (None,))[-1]
+    return getattr(el, "f", fn)
 
 
 def name_ites(terms: list, prefix: str = PREFIX) -> tuple[list, list]:
@@ -31,35 +41,57 @@ def name_ites(terms: list, prefix: str = PREFIX) -> tuple[list, list]:
     constant ``prefix_N``, the constants' guarded definitions). One name per
     distinct subterm (shared subterms share it); numbered in the order a
     left-to-right post-order walk meets them, so the same terms get the same
-    names in every process."""
-    memo: dict[int, z3.ExprRef] = {}
+    names in every process.
+
+    The walk reads the terms through Z3's C API (no Python term object per
+    visited node: the same terms, built the same way, at a fraction of the
+    CPU); a node is rebuilt only where an argument changed, with its own
+    declaration (``Z3_mk_app``, what ``e.decl()(*args)`` calls)."""
+    if not terms:
+        return [], []
+    ctx = terms[0].ctx
+    c = ctx.ref()
+    kind_of, n_args, arg_of, id_of, decl_of, decl_kind, sort_of, sort_kind = map(_unchecked, (
+        z3core.Z3_get_ast_kind, z3core.Z3_get_app_num_args, z3core.Z3_get_app_arg,
+        z3core.Z3_get_ast_id, z3core.Z3_get_app_decl, z3core.Z3_get_decl_kind,
+        z3core.Z3_get_sort, z3core.Z3_get_sort_kind))
+    APP, ITE, ARITH = z3.Z3_APP_AST, z3.Z3_OP_ITE, (z3.Z3_INT_SORT, z3.Z3_REAL_SORT)
+    memo: dict[int, object] = {}  # node id -> its replacement (a C pointer)
+    keep: list = []  # the Python terms that own the rebuilt nodes and the names
     defs: list = []
     for root in terms:
-        stack = [(root, False)]
+        stack = [(root.as_ast(), False)]
         while stack:
-            e, expanded = stack.pop()
-            k = e.get_id()
+            a, expanded = stack.pop()
+            k = id_of(c, a)
             if k in memo:
                 continue
-            if not z3.is_app(e) or e.num_args() == 0:
-                memo[k] = e  # constant, numeral, quantifier (left whole)
+            n = n_args(c, a) if kind_of(c, a) == APP else 0
+            if n == 0:
+                memo[k] = a  # constant, numeral, quantifier (left whole)
                 continue
-            kids = e.children()
             if not expanded:
-                stack.append((e, True))
-                stack.extend((a, False) for a in reversed(kids))
+                stack.append((a, True))
+                stack.extend((arg_of(c, a, i), False) for i in range(n - 1, -1, -1))
                 continue
-            args = [memo[a.get_id()] for a in kids]
-            if z3.is_app_of(e, z3.Z3_OP_ITE) and z3.is_arith(e):
+            kids = [arg_of(c, a, i) for i in range(n)]
+            args = [memo[id_of(c, x)] for x in kids]
+            d = decl_of(c, a)
+            if decl_kind(c, d) == ITE and sort_kind(c, sort_of(c, a)) in ARITH:
+                e = _to_expr_ref(a, ctx)
                 v = z3.Const(f"{prefix}_{len(defs) // 2}", e.sort())
-                c, a, b = args
-                defs += [z3.Implies(c, v == a), z3.Implies(z3.Not(c), v == b)]
-                memo[k] = v
-            elif all(x.eq(y) for x, y in zip(args, kids)):
-                memo[k] = e
+                cond, then, other = (_to_expr_ref(x, ctx) for x in args)
+                defs += [z3.Implies(cond, v == then), z3.Implies(z3.Not(cond), v == other)]
+                keep.append(v)
+                memo[k] = v.as_ast()
+            elif all(id_of(c, x) == id_of(c, y) for x, y in zip(args, kids)):
+                memo[k] = a
             else:
-                memo[k] = e.decl()(*args)
-    return [memo[t.get_id()] for t in terms], defs
+                arr = (z3core.Ast * n)(*args)
+                e = _to_expr_ref(z3core.Z3_mk_app(c, d, n, arr), ctx)
+                keep.append(e)
+                memo[k] = e.as_ast()
+    return [_to_expr_ref(memo[id_of(c, t.as_ast())], ctx) for t in terms], defs
 
 
 def flat_query(q: Query, prefix: str = PREFIX) -> Query:

@@ -19,15 +19,30 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
     """One transition from an arbitrary invariant state (induction step). In
     world "vllm" the invariant is the obligation's own, and its preservation
     by a running step is part of the violation."""
-    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
-    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
-                    world=ob.world, release=ctx.release)
     if ob.world == "single":
+        pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+        tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                        world=ob.world, release=ctx.release)
         prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
         return Query(prem, ob.step_violation(ctx, pre, tr, post))
-    prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
-    return _named(ob, Query(prem + _step_lemmas(ob, ctx, pre, tr, post),
-                            ob.step_violation(ctx, pre, tr, post)))
+    pre, tr, post, prem, lems = _vllm_step(ob, ctx)
+    return _named(ob, Query(prem + lems, ob.step_violation(ctx, pre, tr, post)))
+
+
+def _vllm_step(ob: Obligation, ctx: Ctx):
+    """-> (pre, transition, post, premise, lemmas) of a world-"vllm" step:
+    built once per context, obligation and pins, shared by the induction
+    step and its lemma queries (the same symbol names, so the same terms
+    either way)."""
+    memo = ctx.__dict__.setdefault("_vllm_steps", {})
+    key = (ob.name, tuple(p.get_id() for p in ctx.pins))
+    if key not in memo:
+        pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+        tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                        world=ob.world, release=ctx.release)
+        prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
+        memo[key] = (pre, tr, post, prem, _step_lemmas(ob, ctx, pre, tr, post), list(ctx.pins))
+    return memo[key][:5]
 
 
 def _named(ob: Obligation | None, q: Query) -> Query:
@@ -55,11 +70,7 @@ def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
     :func:`lifecycle_step_query`: same names)."""
     if ob.world == "single":
         return []
-    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
-    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
-                    world=ob.world, release=ctx.release)
-    prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
-    lems = _step_lemmas(ob, ctx, pre, tr, post)
+    _, _, _, prem, lems = _vllm_step(ob, ctx)
     return [_named(ob, Query(prem + lems[:i], z3.Not(lem))) for i, lem in enumerate(lems)]
 
 

@@ -73,10 +73,48 @@ def _new_solver(c: z3.Context):
 
 
 def _smtlib(assertions: list) -> str:
-    """The query as SMT-LIB text: a function of the query alone."""
+    """The query as SMT-LIB text: a function of the query alone.
+
+    The text of a solver holding ``assertions`` (``Solver.sexpr``), composed
+    from the text of each assertion alone: Z3 prints the declarations of
+    every symbol in the order its walk over the assertions first meets them,
+    then one ``(assert ...)`` per assertion, each with its own ``let``
+    names, so the whole is the declarations of the assertions' texts in
+    order (each once) followed by their ``assert`` parts. An assertion's text
+    is kept (:data:`_assertion_text`, by term id, the term held so the id is
+    not reused) and printed once however many checks share it: the premise
+    of a query is in every check of its case split, its non-vacuity checks
+    and its counterexample searches. ``tests/test_proof_cache.py`` compares
+    the composed text with the solver's own."""
+    if not all(isinstance(a, z3.BoolRef) and a.ctx is _MAIN for a in assertions):
+        return _smtlib_whole(assertions)
+    decls: dict[str, None] = {}
+    body = []
+    for a in assertions:
+        k = a.get_id()
+        hit = _assertion_text.get(k)
+        if hit is None or not hit[0].eq(a):
+            if len(_assertion_text) >= _ASSERTION_TEXTS:
+                _assertion_text.clear()
+            text = _smtlib_whole([a])
+            i = 0 if text.startswith("(assert") else text.index("\n(assert") + 1
+            hit = _assertion_text[k] = (a, text[:i].splitlines(keepends=True), text[i:])
+        decls.update(dict.fromkeys(hit[1]))
+        body.append(hit[2])
+    return "".join(decls) + "".join(body)
+
+
+def _smtlib_whole(assertions: list) -> str:
+    """The SMT-LIB text of a solver holding ``assertions``, printed by Z3."""
     s = z3.Solver()
     s.add(*assertions)
     return s.sexpr()
+
+
+_MAIN = z3.main_ctx()
+# term id -> (the term, its declaration lines, its assert text); cleared when full
+_assertion_text: dict[int, tuple] = {}
+_ASSERTION_TEXTS = 20_000
 
 
 def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None):

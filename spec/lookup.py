@@ -195,9 +195,10 @@ def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
                              lambda a, b: last_break[e] >= a, reset_window_on_break)
 
     end = z3.Int(prefix + "_end")
+    quals = [qualifies(e) for e in range(bound + 1)]  # built once, used twice (the same terms)
     side = [0 <= end, end <= n,
-            z3.Or([z3.And(end == e, qualifies(e)) for e in range(bound + 1)]),
-            z3.And([z3.Implies(e > end, z3.Not(qualifies(e))) for e in range(bound + 1)])]
+            z3.Or([z3.And(end == e, quals[e]) for e in range(bound + 1)]),
+            z3.And([z3.Implies(e > end, z3.Not(quals[e])) for e in range(bound + 1)])]
     deferred = z3.Or([
         z3.And(end == e, z3.Or(retry_from[e], last_pending[e] >= lo(e)))
         for e in range(bound + 1)])

@@ -140,3 +140,92 @@ def test_named_mutant_checks_and_counterexample_search(monkeypatch):
     assert cex["replayed_violation"]
     replayed = {KINDS[k] for k in REPLAYED_KINDS}
     assert {st["kind"] for st in cex["plan"]} <= replayed, cex["plan"]
+
+
+def _name_ites_by_term_objects(terms: list, prefix: str = "named_ite") -> tuple[list, list]:
+    """The naming walk written with Python term objects (``children()``,
+    ``decl()(*args)``): what :func:`name_ites` computes through the C API."""
+    memo, defs = {}, []
+    for root in terms:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            k = e.get_id()
+            if k in memo:
+                continue
+            if not z3.is_app(e) or e.num_args() == 0:
+                memo[k] = e
+                continue
+            kids = e.children()
+            if not expanded:
+                stack.append((e, True))
+                stack.extend((a, False) for a in reversed(kids))
+                continue
+            args = [memo[a.get_id()] for a in kids]
+            if z3.is_app_of(e, z3.Z3_OP_ITE) and z3.is_arith(e):
+                v = z3.Const(f"{prefix}_{len(defs) // 2}", e.sort())
+                c, a, b = args
+                defs += [z3.Implies(c, v == a), z3.Implies(z3.Not(c), v == b)]
+                memo[k] = v
+            elif all(x.eq(y) for x, y in zip(args, kids)):
+                memo[k] = e
+            else:
+                memo[k] = e.decl()(*args)
+    return [memo[t.get_id()] for t in terms], defs
+
+
+def _same_terms(xs: list, ys: list) -> bool:
+    return len(xs) == len(ys) and all(x.eq(y) for x, y in zip(xs, ys))
+
+
+def test_the_c_api_walk_builds_the_same_terms_as_the_term_object_walk():
+    from kvreach.proofs.obligations import OBLIGATIONS
+    from kvreach.proofs.runner import _ctx
+
+    x, y, r = z3.Int("x"), z3.Int("y"), z3.Real("r")
+    q = z3.ForAll([x], z3.If(x > y, x, y) >= 0)  # under a quantifier: left whole
+    small = [z3.If(x > y, x, y) + z3.If(r > 1, r, r * 2) >= z3.ToReal(x), q,
+             z3.If(z3.Bool("b"), x, 1) == z3.If(x < 0, -x, x), z3.IntVal(3) > 2]
+    cases = [small]
+    for name in ("lookup-monotone", "no-waste", "mask-equivalence"):
+        ob = OBLIGATIONS[name]
+        ctx = _ctx("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
+        if ob.grid:
+            ctx.pins = ob.grid[0].pins(ctx)
+        # the queries as built (each already named): name them again from the
+        # terms before naming, through the obligation's own premise + violation
+        cases += [qq.premise + [qq.violation] for qq in ob.queries(ctx)]
+    seen = 0
+    for terms in cases:
+        got, want = name_ites(terms), _name_ites_by_term_objects(terms)
+        assert _same_terms(got[0], want[0]) and _same_terms(got[1], want[1])
+        seen += len(want[1])
+    assert seen > 0  # some if-then-else was named
+
+
+def test_the_c_api_walk_names_each_spec_ite_of_a_lookup_query_as_before(monkeypatch):
+    """The lookup obligations' queries before naming (the spy sees them), named
+    both ways: identical terms and definitions."""
+    from kvreach.proofs import flatten
+    from kvreach.proofs.obligations import OBLIGATIONS
+    from kvreach.proofs.obligations import lookup as lookup_obs
+    from kvreach.proofs.runner import _ctx
+
+    raw = []
+
+    def spy(q, prefix=flatten.PREFIX):
+        raw.append(q.premise + [q.violation])
+        return flatten.flat_query(q, prefix)
+
+    monkeypatch.setattr(lookup_obs, "flat_query", spy)
+    for name in ("lookup-monotone", "lookup-run-stored", "load-reads-checked"):
+        ob = OBLIGATIONS[name]
+        ctx = _ctx("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
+        if ob.grid:
+            ctx.pins = ob.grid[0].pins(ctx)
+        ob.queries(ctx)
+    assert raw
+    for terms in raw:
+        got, want = name_ites(terms), _name_ites_by_term_objects(terms)
+        assert len(want[1]) > 0
+        assert _same_terms(got[0], want[0]) and _same_terms(got[1], want[1])

@@ -238,3 +238,29 @@ def test_a_kept_counterexample_row_is_rechecked_by_evaluation(on, monkeypatch):
     entry["checksum"] = cache._checksum(entry)
     path.write_text(json.dumps(entry))
     assert runner.cached_row("computed-before-stored", "vllm-0.29", "any") is None
+
+
+def test_the_query_text_composed_per_assertion_is_the_solvers_own():
+    """``solve._smtlib`` composes a query's text from each assertion's text
+    (kept across checks); it must be byte for byte what a solver holding the
+    whole query prints (the text the cache keys by and the solver parses)."""
+    from kvreach.proofs.config import cube, splits
+    from kvreach.proofs.induction import bmc_query, lifecycle_step_query
+    from kvreach.proofs.obligations import OBLIGATIONS
+
+    queries = []
+    for name in ("soundness", "lookup-monotone", "exactly-once-restarts"):
+        ob = OBLIGATIONS[name]
+        ctx = runner._ctx("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
+        qs = ob.queries(ctx) if ob.kind == "static" else [lifecycle_step_query(ob, ctx),
+                                                           bmc_query(ob, ctx, 2)[0]]
+        lifecycle = ob.kind != "static"
+        for q in qs:
+            base = q.premise + [q.violation]
+            queries += [base, q.premise, base + cube(ctx, lifecycle)[1],
+                        base + cube(ctx, lifecycle)[2] + splits(ctx, lifecycle)[:2]]
+    x = z3.Int("x")
+    queries += [[], [x > 1, x > 1], [z3.ForAll([x], x * x >= 0), z3.Bool("b")]]
+    for terms in queries + queries:  # the second time from the kept texts
+        assert solve._smtlib(terms) == solve._smtlib_whole(terms)
+    assert any(len(solve._smtlib(t)) > 10_000 for t in queries)  # real queries among them
