@@ -41,6 +41,7 @@ def _vllm_step(ob: Obligation, ctx: Ctx):
         tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
                         world=ob.world, release=ctx.release)
         prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
+        # the pins are kept with the entry so that their ids in the key stay theirs
         memo[key] = (pre, tr, post, prem, _step_lemmas(ob, ctx, pre, tr, post), list(ctx.pins))
     return memo[key][:5]
 

@@ -69,13 +69,8 @@ def record() -> R.Release:
     return R.release(vllm.__version__)
 
 
-def twin(setup: Setup, obs, r: R.Release) -> lk.LookupOutcome:
-    """kvreach's lookup with release ``r``'s parts, for one of vLLM's lookups."""
-    return release_outcome(setup, obs, r)
-
-
 def _obs_json(setup: Setup, obs, r: R.Release) -> dict:
-    t = twin(setup, obs, r)
+    t = release_outcome(setup, obs, r)  # kvreach's lookup with the release's parts
     return {"num_tokens": obs.num_tokens, "hit_tokens": obs.hit_tokens,
             "loaded": sorted(obs.loaded),
             "loaded_miss": sorted(p for p in obs.loaded if p not in obs.content.hit),
@@ -327,8 +322,6 @@ def _where(e: BaseException) -> str:
     path = fr.filename.split("site-packages/")[-1]
     return f"{type(e).__name__}: {e} at {path}:{fr.lineno} in {fr.name}: {fr.line}"
 
-RESTART_PLAN = ("prefill", "preempt", "loaded", "recompute", "prefill", "finish")
-
 
 def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
              defer: bool = True) -> dict:
@@ -363,15 +356,18 @@ def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
     scheduler's steps, finish)."""
     from kvreach.impl.lifecycle import VllmStep, run_vllm
     from kvreach.params import GroupConfig, RequestConfig, cdiv
+    from kvreach.proofs.obligations.restarts import RELEASE_REPLAYED_KINDS
+    from kvreach.spec.lifecycle import KINDS
     from kvreach.vllm_harness.replay_lifecycle import SWA_GROUP, restart_offers, setup_of
 
+    restart_plan = [KINDS[k] for k in RELEASE_REPLAYED_KINDS]  # what the search asks for
     r = record()
     plan = cex["plan"]
     kinds = [st["kind"] for st in plan]
     for i, st in enumerate(plan, 1):
-        if st["kind"] not in RESTART_PLAN or st["outcome"] != "accept" or st["null"] \
+        if st["kind"] not in restart_plan or st["outcome"] != "accept" or st["null"] \
                 or st["shared_prefix_boundary"]:
-            raise ValueError(f"plan step {i} {st}: expected a {', '.join(RESTART_PLAN)} step, "
+            raise ValueError(f"plan step {i} {st}: expected a {', '.join(restart_plan)} step, "
                              "every store accepted, no null block, no shared-prefix boundary")
     if kinds.count("preempt") != 1 or kinds.count("loaded") != 1 or kinds[-1] != "finish" \
             or kinds.index("loaded") != kinds.index("preempt") + 1:

@@ -385,20 +385,23 @@ def replay_mask_on_scheduler(model_dir: str, obligation: str, cex: dict, rule: s
 # world "vllm": a plan with restarts (exactly-once-restarts)
 # ---------------------------------------------------------------------------
 
-RESTART_KINDS = ("prefill", "decode", "preempt", "lookup", "finish", "abort")
-
-
 def check_restart_plan(obligation: str, rule: str, cex: dict) -> None:
     """The plan is one the real scheduler runs for a lone request whose
     offload manager accepts every store: prefill / decode steps of the
     scheduler's cut, preemptions, the lookup that resumes the request, and
     a finish or an abort; no refused or partial ``prepare_store``, no
     ``shared_prefix_boundary``, no null blocks, no offload hit (the manager's
-    lookup answers MISS)."""
+    lookup answers MISS): the step kinds of
+    ``proofs.obligations.restarts.REPLAYED_KINDS``, the shape the named
+    counterexample search asks for first."""
+    from kvreach.proofs.obligations.restarts import REPLAYED_KINDS
+    from kvreach.spec.lifecycle import KINDS
+
+    restart_kinds = [KINDS[k] for k in REPLAYED_KINDS]
     for i, st in enumerate(cex["plan"], 1):
         why = None
-        if st["kind"] not in RESTART_KINDS:
-            why = f"step {i} is a {st['kind']!r} step (replayed: {', '.join(RESTART_KINDS)})"
+        if st["kind"] not in restart_kinds:
+            why = f"step {i} is a {st['kind']!r} step (replayed: {', '.join(restart_kinds)})"
         elif st["outcome"] != "accept" or st["null"] or st["shared_prefix_boundary"]:
             why = (f"step {i}: outcome {st['outcome']!r}, null {st['null']}, "
                    f"shared_prefix_boundary {st['shared_prefix_boundary']} (replayed: every "

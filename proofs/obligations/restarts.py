@@ -106,11 +106,12 @@ def _computed_lemmas(ctx, pre, tr, post):
 
 
 # the step kinds kvreach.vllm_harness.replay_lifecycle.check_restart_plan runs
-# (vLLM 0.33.0's scheduler, a lone request, the manager answering MISS)
+# (vLLM 0.33.0's scheduler, a lone request, the manager answering MISS; it
+# reads them from here)
 REPLAYED_KINDS = (K_PREFILL, K_DECODE, K_PREEMPT, K_LOOKUP, K_FINISH, K_ABORT)
 # the plan kvreach.vllm_harness.release_replay.restarts runs on a release
 # that keeps the cursor (0.29.0 .. 0.32.0): prefill steps, a preemption, a
-# loaded start, the recompute, the finish
+# loaded start, the recompute, the finish (it reads them from here)
 RELEASE_REPLAYED_KINDS = (K_PREFILL, K_PREEMPT, K_START_LOADED, K_RECOMPUTE, K_FINISH)
 
 
