@@ -97,6 +97,32 @@ class Release:
     max_load_tokens: the lookup honours ``kv_transfer_params
         ["max_load_tokens"]`` (and rounds each group's bound down to its chunk).
     window_module: the file that defines ``get_sliding_window_size_in_chunks``.
+
+    Parts 0.34.0 added (False in every earlier release):
+
+    swa_reduction_before_caps: ``_lookup_complete_chunks`` subtracts the SWA
+        ``1`` (the last prompt token recomputed) from ``num_tokens`` before
+        the ``max_num_new_tokens`` / ``max_load_tokens`` caps, so a capped hit
+        is not reduced; False: after the caps.
+    finish_computed_clamp: a finished request's ``num_tokens_after_batch``
+        in ``_build_store_jobs`` is also capped by ``num_computed_tokens``
+        (``min(num_computed_tokens, max(P, num_tokens - 1))``): a request
+        finished before its prefill completed (``FINISHED_ERROR``) stores no
+        uncomputed token.
+    lookahead_hashes: the offloading scheduler honours lookahead block
+        hashes (``use_lookahead_block_hashes`` =
+        ``vllm_config.num_hash_lookahead_tokens > 0``): EAGLE groups are
+        stored and looked up without the legacy drop, shift and widening,
+        and ``_calc_num_offloadable_tokens`` is capped by the hashed tokens
+        (``len(block_hashes) * tokens_per_hash``); False: no such mode
+        (0.33.0 forces lookahead hashes off under any KV connector).
+    junction_on_lookup: ``_maybe_register_shared_prefix_junction``: under a
+        retention interval an offload lookup that a sparse group cut below
+        the full-attention boundary pins that boundary as the request's
+        ``shared_prefix_boundary``.
+    failed_transfers: a failed store job is dropped (``complete_store(...,
+        success=False)``) and a failed load makes every later lookup of the
+        request return 0 (``RequestOffloadState.load_failed``).
     """
 
     names: tuple[str, ...]
@@ -117,6 +143,11 @@ class Release:
     max_num_new_tokens: bool
     max_load_tokens: bool
     window_module: str = _SCHED
+    swa_reduction_before_caps: bool = False
+    finish_computed_clamp: bool = False
+    lookahead_hashes: bool = False
+    junction_on_lookup: bool = False
+    failed_transfers: bool = False
 
     @property
     def name(self) -> str:
@@ -224,6 +255,34 @@ V0_33_0 = Release(
     window_module=_CONFIG,
 )
 
+V0_34_0 = Release(
+    names=("0.34.0",),
+    store_rule="vllm-0.33",
+    mask_window_extra=True,
+    eagle_tail_lifted_at_finish=True,
+    storable_keyed_cap=True,
+    finish_clamp=True,
+    null_block_filter="every reachable block",
+    cursor_on_lookup="reset to 0",
+    retention_interval=True,
+    swa_only_alignment="largest chunk",
+    unannotated_spec_decode_eagle="no group",
+    lookup_window_extra=True,
+    padded_initial_window=True,
+    pending="in the run",
+    eagle_widening="every group",
+    max_num_new_tokens=True,
+    max_load_tokens=True,
+    window_module=_CONFIG,
+    swa_reduction_before_caps=True,
+    finish_computed_clamp=True,
+    lookahead_hashes=True,
+    junction_on_lookup=True,
+    failed_transfers=True,
+)
+
+# V0_34_0 joins RELEASES (and becomes DEFAULT) with the spec and impl
+# semantics of its new parts; until then it is read by name only.
 RELEASES: tuple[Release, ...] = (V0_29_0, V0_30_0, V0_31_0, V0_33_0)
 DEFAULT = V0_33_0
 
