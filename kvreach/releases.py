@@ -281,9 +281,7 @@ V0_34_0 = Release(
     failed_transfers=True,
 )
 
-# V0_34_0 joins RELEASES (and becomes DEFAULT) with the spec and impl
-# semantics of its new parts; until then it is read by name only.
-RELEASES: tuple[Release, ...] = (V0_29_0, V0_30_0, V0_31_0, V0_33_0)
+RELEASES: tuple[Release, ...] = (V0_29_0, V0_30_0, V0_31_0, V0_33_0, V0_34_0)
 DEFAULT = V0_33_0
 
 

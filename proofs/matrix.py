@@ -27,7 +27,7 @@ from kvreach.releases import DEFAULT, RELEASES, Release, release
 # (``spec.lookup``: the lookup and the store mask's window it is linked to).
 LOOKUP_PARTS = frozenset({
     "mask_window_extra", "lookup_window_extra", "padded_initial_window", "eagle_widening",
-    "max_load_tokens",
+    "max_load_tokens", "swa_reduction_before_caps",
 })
 # World "vllm" (``spec.lifecycle``: the cursor on a lookup, the null-block filter).
 WORLD_VLLM_PARTS = frozenset({"cursor_on_lookup", "null_block_filter"})
@@ -37,7 +37,7 @@ RELEASE_RULES = ("vllm-0.29", "vllm-0.33")
 
 
 def check_vllm(version: str) -> str:
-    """A vLLM version of ``kvreach.releases`` (0.29.0 .. 0.33.0), else
+    """A vLLM version of ``kvreach.releases`` (0.29.0 .. 0.34.0), else
     ParamError naming the known ones."""
     known = [v for r in RELEASES for v in r.names]
     if version not in known:
