@@ -237,7 +237,7 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
 # ---------------------------------------------------------------------------
 
 OUTCOMES = ("accept", "partial", "refused")  # prepare_store: every key, some, None
-_STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort")
+_STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort", "error")
 _QUIET = ("preempt", "lookup", "start", "loaded")
 
 
@@ -351,9 +351,14 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
         tokens_after, f_after = finish_tokens(rule, req, nt), f
     elif k == "abort":
         tokens_after, nt, f_after = f, _num_tokens(req, f), f
+    elif k == "error":  # FINISHED_ERROR at any point: a finished request's tokens
+        nt = _num_tokens(req, f)
+        tokens_after, f_after = finish_tokens(rule, req, nt), f
+        if release.finish_computed_clamp:  # 0.34.0: capped by num_computed_tokens
+            tokens_after = min(f, tokens_after)
     else:
         raise ParamError("kind", k, f"one of {_STORING + _QUIET}")
-    ends = k in ("finish", "abort")
+    ends = k in ("finish", "abort", "error")
     jobs = build_store_jobs(rule, g, req, cursor, tokens_after, nt, ends,
                             allocated_chunks=st.allocated_chunks)
     n, w = jobs.num_chunks, jobs.store
@@ -381,7 +386,7 @@ def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
     out: list[VllmStepResult] = []
     kept = release.cursor_on_lookup == "kept"
     for i, st in enumerate(plan):
-        if out and st.kind and (out[-1].step.kind in ("finish", "abort")):
+        if out and st.kind and (out[-1].step.kind in ("finish", "abort", "error")):
             raise ParamError("plan", plan, f"no step after the request ended (step {i})")
         if st.kind == "lookup" or (kept and st.kind == "preempt"):
             incarnation += 1
