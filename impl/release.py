@@ -42,7 +42,8 @@ def lookup_parts(r: Release) -> LookupParts:
     """The parts of release ``r``'s ``_lookup_complete_chunks``."""
     return LookupParts(pending=r.pending, eagle_widening=r.eagle_widening,
                        max_num_new_tokens=r.max_num_new_tokens,
-                       max_load_tokens=r.max_load_tokens)
+                       max_load_tokens=r.max_load_tokens,
+                       swa_reduction_before_caps=r.swa_reduction_before_caps)
 
 
 def lifecycle_rule(r: Release) -> str:
