@@ -64,7 +64,8 @@ def run(r: Release, g: GroupConfig, req: RequestConfig, lc: lifecycle.Lifecycle)
     """One request through ``lc`` under release ``r``'s store side: its
     store rule over the group its mask sees (``release_rules.mask_group``:
     0.30.0's mask window has no ``extra_retained_tokens``), its EAGLE tail
-    and its finish. The trace keeps ``g`` itself (the load models and the
+    and its finish (the commit-point clamp, and 0.34.0's computed-tokens
+    clamp, which an error finish before the prompt is computed meets). The trace keeps ``g`` itself (the load models and the
     output see the group as configured).
 
     The record's other store parts do not act in this world: no block is
@@ -72,5 +73,6 @@ def run(r: Release, g: GroupConfig, req: RequestConfig, lc: lifecycle.Lifecycle)
     (``storable_keyed_cap``), no lookup moves the cursor
     (``cursor_on_lookup``); 0.29.0's ``vllm-0.29`` rule ignores a retention
     interval, as 0.29.0's offloading does (``retention_interval``)."""
-    trace = lifecycle.run(lifecycle_rule(r), release_rules.mask_group(r, g), req, lc)
+    trace = lifecycle.run(lifecycle_rule(r), release_rules.mask_group(r, g), req, lc,
+                          finish_computed_clamp=r.finish_computed_clamp)
     return dataclasses.replace(trace, group=g, _sets={})

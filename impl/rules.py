@@ -166,13 +166,16 @@ def storable_chunks(
     return n
 
 
-def finish_tokens(rule: str, req: RequestConfig, num_tokens: int) -> int:
-    """``num_tokens_after_batch`` of a normally finished request: 0.33 clamps to
-    the commit point ``max(num_prompt_tokens, num_tokens - 1)``; 0.29 used
-    ``num_tokens``."""
-    if rule != "vllm-0.29":
-        return max(req.prompt_tokens, num_tokens - 1)
-    return num_tokens
+def finish_tokens(rule: str, req: RequestConfig, num_tokens: int,
+                  num_computed_tokens: int | None = None) -> int:
+    """``num_tokens_after_batch`` of a finished (not aborted) request: 0.33
+    clamps to the commit point ``max(num_prompt_tokens, num_tokens - 1)``;
+    0.29 used ``num_tokens``. ``num_computed_tokens``: the computed-tokens
+    clamp of vLLM 0.34.0 (``min(num_computed_tokens, ...)``: a request
+    finished before its prefill completed, ``FINISHED_ERROR``, stores no
+    uncomputed token); None: no such clamp (0.29.0 .. 0.33.0)."""
+    n = max(req.prompt_tokens, num_tokens - 1) if rule != "vllm-0.29" else num_tokens
+    return n if num_computed_tokens is None else min(num_computed_tokens, n)
 
 
 @dataclass(frozen=True)

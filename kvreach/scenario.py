@@ -42,6 +42,7 @@ class Scenario:
     decode: int = 0
     load_model: str = "intended"
     extra_retained_tokens: int = 0
+    error_after_step: int | None = None
 
     def config(self, rule: str) -> dict:
         """The ``config`` object of ``simulate --json`` (option names)."""
@@ -55,6 +56,7 @@ class Scenario:
             "offload_prompt_only": self.offload_prompt_only, "decode": self.decode,
             "abort_after_step": self.abort_after_step, "async": self.async_scheduling,
             "extra_retained_tokens": self.extra_retained_tokens,
+            "error_after_step": self.error_after_step,
         }
 
     @property
@@ -70,7 +72,7 @@ class Scenario:
 MINIMUM = {
     "swa_block_size": 1, "window": 1, "prompt": 1, "budget": 1, "full_block_size": 1,
     "blocks_per_chunk": 1, "dcp": 1, "retention_interval": 0, "max_offload_tokens": 0,
-    "abort_after_step": 0, "decode": 0, "extra_retained_tokens": 0,
+    "abort_after_step": 0, "decode": 0, "extra_retained_tokens": 0, "error_after_step": 0,
 }
 
 
@@ -140,7 +142,7 @@ def run_scenario(rule: str | Release, s: Scenario) -> Trace:
     )
     req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
     lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,
-                   async_scheduling=s.async_scheduling)
+                   async_scheduling=s.async_scheduling, error_after_step=s.error_after_step)
     if isinstance(rule, Release):
         return release_params.run(rule, g, req, lc)
     return run(rule, g, req, lc)

@@ -65,6 +65,9 @@ SCENARIO_OPTIONS: list[_Opt] = [
     _Opt("abort_after_step", "--abort-after-step", Optional[int], None,
          "abort once K steps are scheduled"),
     _Opt("async_scheduling", "--async", bool, False, "async scheduling"),
+    _Opt("error_after_step", "--error-after-step", Optional[int], None,
+         "finish with FINISHED_ERROR once K steps are scheduled (also before the prompt is "
+         "computed; not with --abort-after-step or --async)"),
     _Opt("decode", "--decode", int, 0, "decode steps after the prompt (prompt + decode at most "
          f"{MAX_TOKENS:,} tokens)"),
     _Opt("load_model", "--load-model", str, "intended", "one of " + ", ".join(LOAD_MODELS)),

@@ -163,6 +163,8 @@ def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> s
             parts.append("prefill_steps=" + ",".join(map(str, lifecycle["prefill_steps"])))
         parts.append(f"decode={lifecycle['decode']}")
         parts.append(f"abort_after_step={lifecycle['abort_after_step']}")
+        if lifecycle.get("error_after_step") is not None:
+            parts.append(f"error_after_step={lifecycle['error_after_step']}")
         if lifecycle.get("async_scheduling"):
             parts.append("async")
     return " ".join(parts)
