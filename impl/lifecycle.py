@@ -66,12 +66,28 @@ def build_store_jobs(rule: str, g: GroupConfig, req: RequestConfig, cursor: int,
         ``rule``; kvreach's connector keeps vLLM 0.33.0's whatever its rule).
     allocated_chunks: ``RequestOffloadState.storable_chunks``' cap by the
         allocated and keyed chunks (None: enough).
+
+    Under lookahead hashes (``req.hash_lookahead_tokens`` > 0, vLLM 0.34.0)
+    the step reads the request at ``num_tokens`` (``RequestConfig.at``): its
+    offloadable tokens and its prompt horizon end at the hashed tokens.
     """
+    check_lookahead(g, req)
+    req = req.at(num_tokens)
     off = req.offloadable(tokens_after_batch, num_tokens)
     n = storable_chunks(bookkeeping_rule or rule, g, req, off, finished)
     if allocated_chunks is not None:
         n = min(n, allocated_chunks)
     return StoreJobs(off, n, store_step(rule, g, req, cursor, n, finished))
+
+
+def check_lookahead(g: GroupConfig, req: RequestConfig) -> None:
+    """The group's lookahead mode is the request's: ``use_lookahead_block_hashes``
+    is ``num_hash_lookahead_tokens > 0`` (ParamError otherwise)."""
+    if g.lookahead_hashes != (req.hash_lookahead_tokens > 0):
+        raise ParamError("lookahead_hashes", g.lookahead_hashes,
+                         f"{req.hash_lookahead_tokens > 0} with hash_lookahead_tokens="
+                         f"{req.hash_lookahead_tokens} (use_lookahead_block_hashes is "
+                         "num_hash_lookahead_tokens > 0)")
 
 
 @dataclass(frozen=True)

@@ -166,15 +166,24 @@ class LaterRequest:
         prefix-cache hit the scheduler passes to ``get_num_new_matched_tokens``.
     max_load_tokens: ``kv_transfer_params["max_load_tokens"]``.
     max_num_new_tokens: the cap argument of ``get_num_new_matched_tokens``.
+    hash_lookahead_tokens: ``vllm_config.num_hash_lookahead_tokens`` (L,
+        vLLM 0.34.0): each block hash covers the L tokens after its block,
+        so the request has ``(num_tokens - L) // tokens_per_hash`` hashes and
+        ``(num_tokens - L) // tokens_per_chunk`` keys per group
+        (:func:`num_keys`), and with L > 0 (``use_lookahead_block_hashes``)
+        no group is looked up as a legacy EAGLE group (``apply_eagle_drop``
+        False: no widening, no pop). 0: legacy hashes.
     """
 
     num_tokens: int
     local_hit_tokens: int = 0
     max_load_tokens: int | None = None
     max_num_new_tokens: int | None = None
+    hash_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
         _need_int("num_tokens", self.num_tokens, 1)
+        _need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
         _need_int("local_hit_tokens", self.local_hit_tokens, 0)
         if self.local_hit_tokens > self.num_tokens:
             raise ParamError("local_hit_tokens", self.local_hit_tokens,
@@ -366,8 +375,11 @@ def lookup_order(groups: Sequence[LookupGroup]) -> tuple[tuple[int, ...], tuple[
 
 
 def num_keys(g: LookupGroup, req: LaterRequest) -> int:
-    """``len(offload_keys)`` of a new request: one key per complete chunk."""
-    return req.num_tokens // g.chunk_tokens
+    """``len(offload_keys)`` of a new request: one key per complete hashed
+    chunk (``update_offload_keys``: every ``hashes_per_chunk``-th block hash),
+    ``(num_tokens - L) // tokens_per_chunk`` with L lookahead tokens (the
+    hash block divides the chunk)."""
+    return max(0, req.num_tokens - req.hash_lookahead_tokens) // g.chunk_tokens
 
 
 def lookup_hit_tokens(
@@ -404,7 +416,8 @@ def lookup_hit_tokens(
             g = groups[gi]
             C = g.chunk_tokens
             n_keys = num_keys(g, req)
-            unverified = g.eagle and gi not in eagle_verified
+            apply_eagle_drop = g.eagle and not req.hash_lookahead_tokens
+            unverified = apply_eagle_drop and gi not in eagle_verified
             max_hit = min(max_hit, n_keys * C)
             if max_load is not None:
                 max_hit = max_hit // C * C
@@ -442,7 +455,7 @@ def lookup_hit_tokens(
             if new_hit < C:
                 return 0
             if new_hit < num_hit:
-                if not g.eagle:
+                if not apply_eagle_drop:
                     eagle_verified.clear()
                 if defer:
                     defer = False

@@ -73,6 +73,10 @@ def run(r: Release, g: GroupConfig, req: RequestConfig, lc: lifecycle.Lifecycle)
     (``storable_keyed_cap``), no lookup moves the cursor
     (``cursor_on_lookup``); 0.29.0's ``vllm-0.29`` rule ignores a retention
     interval, as 0.29.0's offloading does (``retention_interval``)."""
+    if req.hash_lookahead_tokens and not r.lookahead_hashes:
+        raise ParamError("hash_lookahead_tokens", req.hash_lookahead_tokens,
+                         f"0 under vLLM {r.name}, which has no lookahead block hashes under "
+                         "a KV connector (0.34.0 on)")
     trace = lifecycle.run(lifecycle_rule(r), release_rules.mask_group(r, g), req, lc,
                           finish_computed_clamp=r.finish_computed_clamp)
     return dataclasses.replace(trace, group=g, _sets={})

@@ -157,11 +157,13 @@ def storable_chunks(
 ) -> int:
     """``RequestOffloadState.storable_chunks`` (allocation and keys assumed to
     cover the offloadable range). EAGLE groups drop their volatile trailing
-    chunk while decoding; vLLM 0.33 lifts that once finished, 0.29 never."""
+    chunk while decoding; vLLM 0.33 lifts that once finished, 0.29 never;
+    under lookahead hashes (``g.lookahead_hashes``, 0.34.0) no group drops it
+    (``apply_eagle_drop`` False)."""
     n = offloadable // g.chunk_tokens
     decoding = offloadable > req.prompt_tokens
     lifted = finished and rule != "vllm-0.29"
-    if g.eagle and decoding and not lifted:
+    if g.legacy_eagle and decoding and not lifted:  # apply_eagle_drop (0.34.0)
         n = max(0, n - 1)
     return n
 
