@@ -73,3 +73,29 @@ def test_bad_version_is_one_line(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "version='latest': expected a release such as 0.34.0" in err
+
+
+def test_vllm_sdist_bad_version_is_one_line(capsys):
+    from kvreach import vllm_sdist
+
+    with pytest.raises(SystemExit) as e:
+        vllm_sdist.main(["0.34"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "version='0.34': expected a release such as 0.34.0" in err
+
+
+def test_vllm_sdist_uses_an_unpacked_tree_without_fetching(tmp_path, monkeypatch):
+    """A tree already in the cache is returned as is (no download)."""
+    from kvreach import vllm_sdist
+
+    monkeypatch.setenv("VLLM_SRC_CACHE", str(tmp_path))
+    marker = tmp_path / "vllm-9.9.9" / vllm_sdist.MARKER
+    marker.parent.mkdir(parents=True)
+    marker.write_text("")
+
+    def no_download(*a):
+        raise AssertionError("downloaded")
+
+    monkeypatch.setattr(vllm_sdist, "download", no_download)
+    assert vllm_sdist.tree("9.9.9") == tmp_path / "vllm-9.9.9"
