@@ -13,7 +13,12 @@ Steps and tokens, as vLLM's V1 scheduler produces them for one request:
   feeds one token (``num_tokens = frontier``);
 - normal finish (after ``decode`` decode steps): ``num_tokens = P + decode + 1``;
 - abort after ``K`` scheduled steps: ``num_computed_tokens`` is the frontier of
-  the last scheduled step. vLLM advances ``num_computed_tokens`` at schedule
+  the last scheduled step;
+- error finish (``FINISHED_ERROR``, e.g. a failed load under
+  ``kv_load_failure_policy="fail"`` in vLLM 0.34.0) after ``K`` scheduled
+  steps: a finished request, at any point, also before its prompt is
+  computed; its store reads the finish clamp (``rules.finish_tokens``),
+  which before vLLM 0.34.0 reaches past the computed tokens there. vLLM advances ``num_computed_tokens`` at schedule
   time in both modes, so synchronous and asynchronous scheduling give the same
   store-side value; with async scheduling the last step's output is still in
   flight (recorded as ``in_flight`` in the trace).
@@ -61,12 +66,28 @@ def build_store_jobs(rule: str, g: GroupConfig, req: RequestConfig, cursor: int,
         ``rule``; kvreach's connector keeps vLLM 0.33.0's whatever its rule).
     allocated_chunks: ``RequestOffloadState.storable_chunks``' cap by the
         allocated and keyed chunks (None: enough).
+
+    Under lookahead hashes (``req.hash_lookahead_tokens`` > 0, vLLM 0.34.0)
+    the step reads the request at ``num_tokens`` (``RequestConfig.at``): its
+    offloadable tokens and its prompt horizon end at the hashed tokens.
     """
+    check_lookahead(g, req)
+    req = req.at(num_tokens)
     off = req.offloadable(tokens_after_batch, num_tokens)
     n = storable_chunks(bookkeeping_rule or rule, g, req, off, finished)
     if allocated_chunks is not None:
         n = min(n, allocated_chunks)
     return StoreJobs(off, n, store_step(rule, g, req, cursor, n, finished))
+
+
+def check_lookahead(g: GroupConfig, req: RequestConfig) -> None:
+    """The group's lookahead mode is the request's: ``use_lookahead_block_hashes``
+    is ``num_hash_lookahead_tokens > 0`` (ParamError otherwise)."""
+    if g.lookahead_hashes != (req.hash_lookahead_tokens > 0):
+        raise ParamError("lookahead_hashes", g.lookahead_hashes,
+                         f"{req.hash_lookahead_tokens > 0} with hash_lookahead_tokens="
+                         f"{req.hash_lookahead_tokens} (use_lookahead_block_hashes is "
+                         "num_hash_lookahead_tokens > 0)")
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,8 @@ class Lifecycle:
     decode: decode steps after the prompt completes.
     abort_after_step: abort once this many steps are scheduled (None: finish).
     async_scheduling: the abort is seen with the last step's output in flight.
+    error_after_step: finish with ``FINISHED_ERROR`` once this many steps are
+        scheduled (None: no error; not with ``abort_after_step``).
     """
 
     budget: int
@@ -84,6 +107,7 @@ class Lifecycle:
     decode: int = 0
     abort_after_step: int | None = None
     async_scheduling: bool = False
+    error_after_step: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
@@ -94,6 +118,17 @@ class Lifecycle:
             not isinstance(self.abort_after_step, int) or self.abort_after_step < 0
         ):
             raise ParamError("abort_after_step", self.abort_after_step, "an integer >= 0")
+        if self.error_after_step is not None:
+            if (isinstance(self.error_after_step, bool) or not isinstance(self.error_after_step, int)
+                    or self.error_after_step < 0):
+                raise ParamError("error_after_step", self.error_after_step, "an integer >= 0")
+            if self.abort_after_step is not None:
+                raise ParamError("error_after_step", self.error_after_step,
+                                 "None with abort_after_step (a request ends once)")
+            if self.async_scheduling:
+                raise ParamError("error_after_step", self.error_after_step,
+                                 "None with async scheduling (an error finish is modelled "
+                                 "synchronous only)")
         if self.prefill_steps is not None:
             for s in self.prefill_steps:
                 if not isinstance(s, int) or not 1 <= s <= self.budget:
@@ -120,7 +155,7 @@ class Lifecycle:
 @dataclass(frozen=True)
 class Step:
     index: int
-    kind: str  # "prefill" | "decode" | "finish" | "abort"
+    kind: str  # "prefill" | "decode" | "finish" | "abort" | "error"
     scheduled_tokens: int
     num_computed_tokens: int  # after the step (the frontier)
     num_tokens: int
@@ -185,28 +220,34 @@ class Trace:
         return out
 
 
-def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
-    """Drive one request through ``lc`` under ``rule``; return the trace."""
+def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle, *,
+        finish_computed_clamp: bool = False) -> Trace:
+    """Drive one request through ``lc`` under ``rule``; return the trace.
+    ``finish_computed_clamp``: the finish also caps by the computed tokens
+    (vLLM 0.34.0, ``Release.finish_computed_clamp``)."""
     check_rule(rule)
     P = req.prompt_tokens
     plan: list[tuple[str, int]] = [("prefill", s) for s in lc.chunk_sizes(P)]
     plan += [("decode", 1)] * lc.decode
-    if lc.abort_after_step is not None:
-        if lc.abort_after_step > len(plan):
+    ends_after = lc.abort_after_step if lc.abort_after_step is not None else lc.error_after_step
+    if ends_after is not None:
+        if ends_after > len(plan):
             raise ParamError(
-                "abort_after_step", lc.abort_after_step,
-                f"at most the number of scheduled steps ({len(plan)})",
+                "abort_after_step" if lc.abort_after_step is not None else "error_after_step",
+                ends_after, f"at most the number of scheduled steps ({len(plan)})",
             )
-        plan = plan[: lc.abort_after_step]
+        plan = plan[: ends_after]
 
     steps: list[Step] = []
     cursor = computed = 0
     num_tokens = P
     stored: list[int] = []
 
-    def apply(kind: str, scheduled: int, tokens_after: int, finished: bool, in_flight=False):
+    def apply(kind: str, scheduled: int, tokens_after: int, finished: bool, in_flight=False,
+              allocated_chunks: int | None = None):
         nonlocal cursor
-        jobs = build_store_jobs(rule, g, req, cursor, tokens_after, num_tokens, finished)
+        jobs = build_store_jobs(rule, g, req, cursor, tokens_after, num_tokens, finished,
+                                allocated_chunks=allocated_chunks)
         off, n, w = jobs.offloadable_tokens, jobs.num_chunks, jobs.store
         steps.append(Step(
             len(steps) + 1, kind, scheduled, computed, num_tokens, tokens_after,
@@ -224,11 +265,21 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
         final_n = apply(kind, s, computed, False)
         if kind == "prefill" and computed == P:
             num_tokens = P + 1  # the last prefill step samples the first token
+    clamp = computed if finish_computed_clamp else None
     if lc.abort_after_step is not None:
         final_n = apply("abort", 0, computed, True, in_flight=lc.async_scheduling)
+    elif lc.error_after_step is not None:
+        # num_tokens is the prompt until the last prefill step sampled; the
+        # chunks are also capped by the blocks allocated for the computed
+        # tokens (RequestOffloadState.storable_chunks), which a finish that
+        # reads past them (0.33.0's clamp before the prompt is computed) meets
+        if computed >= P:
+            num_tokens = computed + 1  # the last step sampled
+        final_n = apply("error", 0, finish_tokens(rule, req, num_tokens, clamp), True,
+                        allocated_chunks=cdiv(computed, g.block_tokens) // g.blocks_per_chunk)
     else:
         num_tokens = P + lc.decode + 1
-        final_n = apply("finish", 0, finish_tokens(rule, req, num_tokens), True)
+        final_n = apply("finish", 0, finish_tokens(rule, req, num_tokens, clamp), True)
     return Trace(rule, g, req, lc, tuple(steps), final_n, computed, tuple(stored))
 
 
@@ -237,7 +288,7 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle) -> Trace:
 # ---------------------------------------------------------------------------
 
 OUTCOMES = ("accept", "partial", "refused")  # prepare_store: every key, some, None
-_STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort")
+_STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort", "error")
 _QUIET = ("preempt", "lookup", "start", "loaded")
 
 
@@ -351,9 +402,13 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
         tokens_after, f_after = finish_tokens(rule, req, nt), f
     elif k == "abort":
         tokens_after, nt, f_after = f, _num_tokens(req, f), f
+    elif k == "error":  # FINISHED_ERROR at any point: a finished request's tokens
+        nt = _num_tokens(req, f)  # 0.34.0: capped by num_computed_tokens
+        tokens_after = finish_tokens(rule, req, nt, f if release.finish_computed_clamp else None)
+        f_after = f
     else:
         raise ParamError("kind", k, f"one of {_STORING + _QUIET}")
-    ends = k in ("finish", "abort")
+    ends = k in ("finish", "abort", "error")
     jobs = build_store_jobs(rule, g, req, cursor, tokens_after, nt, ends,
                             allocated_chunks=st.allocated_chunks)
     n, w = jobs.num_chunks, jobs.store
@@ -381,7 +436,7 @@ def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
     out: list[VllmStepResult] = []
     kept = release.cursor_on_lookup == "kept"
     for i, st in enumerate(plan):
-        if out and st.kind and (out[-1].step.kind in ("finish", "abort")):
+        if out and st.kind and (out[-1].step.kind in ("finish", "abort", "error")):
             raise ParamError("plan", plan, f"no step after the request ended (step {i})")
         if st.kind == "lookup" or (kept and st.kind == "preempt"):
             incarnation += 1

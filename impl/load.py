@@ -41,7 +41,7 @@ from kvreach.params import LOAD_MODELS, GroupConfig, RequestConfig, check_load_m
 def requested_chunks(g: GroupConfig, boundary: int) -> range:
     """Chunks the SWA group must load for a hit at token ``boundary``."""
     lo = max(0, boundary - (g.mask_window_tokens - 1))
-    hi = boundary + (g.block_tokens if g.eagle else 0)
+    hi = boundary + (g.block_tokens if g.legacy_eagle else 0)
     c = g.chunk_tokens
     if lo >= hi:  # window 1 and no EAGLE block: the hit reads nothing
         return range(0)
@@ -120,7 +120,7 @@ def _requested_spans(
     """``requested_chunks`` of each relevant boundary as ``(start, stop)``,
     in boundary order (starts and stops non-decreasing), empty ones left out;
     the arithmetic inlined (millions of boundaries on a long request)."""
-    c, back, fwd = g.chunk_tokens, g.mask_window_tokens - 1, g.block_tokens if g.eagle else 0
+    c, back, fwd = g.chunk_tokens, g.mask_window_tokens - 1, g.block_tokens if g.legacy_eagle else 0
     out = []
     for L in _relevant_boundaries(model, g, req, final_horizon_chunks):
         lo, hi = L - back, L + fwd

@@ -33,6 +33,7 @@ tokens are absolute positions of that request.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Sequence
@@ -165,15 +166,24 @@ class LaterRequest:
         prefix-cache hit the scheduler passes to ``get_num_new_matched_tokens``.
     max_load_tokens: ``kv_transfer_params["max_load_tokens"]``.
     max_num_new_tokens: the cap argument of ``get_num_new_matched_tokens``.
+    hash_lookahead_tokens: ``vllm_config.num_hash_lookahead_tokens`` (L,
+        vLLM 0.34.0): each block hash covers the L tokens after its block,
+        so the request has ``(num_tokens - L) // tokens_per_hash`` hashes and
+        ``(num_tokens - L) // tokens_per_chunk`` keys per group
+        (:func:`num_keys`), and with L > 0 (``use_lookahead_block_hashes``)
+        no group is looked up as a legacy EAGLE group (``apply_eagle_drop``
+        False: no widening, no pop). 0: legacy hashes.
     """
 
     num_tokens: int
     local_hit_tokens: int = 0
     max_load_tokens: int | None = None
     max_num_new_tokens: int | None = None
+    hash_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
         _need_int("num_tokens", self.num_tokens, 1)
+        _need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
         _need_int("local_hit_tokens", self.local_hit_tokens, 0)
         if self.local_hit_tokens > self.num_tokens:
             raise ParamError("local_hit_tokens", self.local_hit_tokens,
@@ -199,12 +209,18 @@ class LookupParts:
         lookup has no such argument (0.29.0).
     max_load_tokens: ``kv_transfer_params["max_load_tokens"]`` is honoured,
         each group's bound rounded down to its chunk (0.31.0 on).
+    swa_reduction_before_caps: the SWA ``1`` (the last prompt token
+        recomputed for its logprobs) is taken off ``num_tokens`` before the
+        ``max_num_new_tokens`` / ``max_load_tokens`` caps, so a hit the caps
+        bound is not reduced (0.34.0 on); False: after the caps, reducing a
+        capped hit too (a cap at a chunk boundary then loses that chunk).
     """
 
     pending: str = "in the run"
     eagle_widening: str = "every group"
     max_num_new_tokens: bool = True
     max_load_tokens: bool = True
+    swa_reduction_before_caps: bool = False
 
     def __post_init__(self) -> None:
         if self.pending not in PENDING:
@@ -359,8 +375,11 @@ def lookup_order(groups: Sequence[LookupGroup]) -> tuple[tuple[int, ...], tuple[
 
 
 def num_keys(g: LookupGroup, req: LaterRequest) -> int:
-    """``len(offload_keys)`` of a new request: one key per complete chunk."""
-    return req.num_tokens // g.chunk_tokens
+    """``len(offload_keys)`` of a new request: one key per complete hashed
+    chunk (``update_offload_keys``: every ``hashes_per_chunk``-th block hash),
+    ``(num_tokens - L) // tokens_per_chunk`` with L lookahead tokens (the
+    hash block divides the chunk)."""
+    return max(0, req.num_tokens - req.hash_lookahead_tokens) // g.chunk_tokens
 
 
 def lookup_hit_tokens(
@@ -374,13 +393,18 @@ def lookup_hit_tokens(
     max_hit = req.num_tokens
     max_num_new = req.max_num_new_tokens if parts.max_num_new_tokens else None
     max_load = req.max_load_tokens if parts.max_load_tokens else None
+    full, swa = lookup_order(groups)
+    # the last prompt token is recomputed for its logprobs: before the caps
+    # (0.34.0 on) or after them (a capped hit reduced too)
+    reduce_first = bool(swa) and parts.swa_reduction_before_caps
+    if reduce_first:
+        max_hit -= 1
     if max_num_new is not None:
         max_hit = min(max_hit, local + max_num_new)
     if max_load is not None:
         max_hit = min(max_hit, local + max_load)
-    full, swa = lookup_order(groups)
-    if swa:
-        max_hit -= 1  # the last prompt token is recomputed for its logprobs
+    if swa and not reduce_first:
+        max_hit -= 1
     num_hit = 0
     defer = False
     eagle_verified: set[int] = set()
@@ -392,7 +416,8 @@ def lookup_hit_tokens(
             g = groups[gi]
             C = g.chunk_tokens
             n_keys = num_keys(g, req)
-            unverified = g.eagle and gi not in eagle_verified
+            apply_eagle_drop = g.eagle and not req.hash_lookahead_tokens
+            unverified = apply_eagle_drop and gi not in eagle_verified
             max_hit = min(max_hit, n_keys * C)
             if max_load is not None:
                 max_hit = max_hit // C * C
@@ -430,7 +455,7 @@ def lookup_hit_tokens(
             if new_hit < C:
                 return 0
             if new_hit < num_hit:
-                if not g.eagle:
+                if not apply_eagle_drop:
                     eagle_verified.clear()
                 if defer:
                     defer = False
@@ -479,8 +504,10 @@ class LookupOutcome:
 def _loads_only_hits(groups, req, content, result: LookupOutcome, parts=VLLM_0_33) -> bool:
     """The load asks only for keys the manager answered HIT (vLLM 0.31.0 on;
     0.29.0's and 0.30.0's lookups can load chunks they never checked:
-    docs/versions.md, so the contract holds for 0.33.0's parts only)."""
-    if parts != VLLM_0_33 or not all(g.window_extra and g.padded_initial_window for g in groups):
+    docs/versions.md, so the contract holds for the parts of 0.31.0 on only:
+    0.33.0's, with the SWA reduction before or after the caps)."""
+    if (dataclasses.replace(parts, swa_reduction_before_caps=False) != VLLM_0_33
+            or not all(g.window_extra and g.padded_initial_window for g in groups)):
         return True
     return all(content.answer(g, c) is Answer.HIT for g, c in result.loaded_keys())
 

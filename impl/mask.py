@@ -97,7 +97,7 @@ def block_reachable(
         if _segment_tail(block, per_segment, need, shift):
             return True
         F = final_segment_end_block
-        if F is not None and not g.eagle and F % per_segment:
+        if F is not None and not g.legacy_eagle and F % per_segment:
             if max(F - F % per_segment, F - need) <= block < F:
                 return True
     if g.retention_interval is not None:
@@ -179,7 +179,7 @@ def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens:
         for i in range(min(n, max(0, shift - start_block))):
             mask[i] = False  # blocks before the EAGLE shift are in no tail
         F = final_segment_end_block
-        if F is not None and not g.eagle and F % per_segment:
+        if F is not None and not g.legacy_eagle and F % per_segment:
             fill(max(F - F % per_segment, F - need), F)
     if g.retention_interval is not None:
         end = _replay_end_block(g, prompt_tokens, shift)

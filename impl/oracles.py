@@ -23,7 +23,7 @@ def hit_requests_block(boundary_tokens: int, block: int, g: GroupConfig) -> bool
     longer and the last block is dropped)."""
     B = g.block_tokens
     lo = boundary_tokens - (g.mask_window_tokens - 1)
-    hi = boundary_tokens + (B if g.eagle else 0)
+    hi = boundary_tokens + (B if g.legacy_eagle else 0)
     return block * B < hi and (block + 1) * B > lo
 
 

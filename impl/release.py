@@ -42,7 +42,8 @@ def lookup_parts(r: Release) -> LookupParts:
     """The parts of release ``r``'s ``_lookup_complete_chunks``."""
     return LookupParts(pending=r.pending, eagle_widening=r.eagle_widening,
                        max_num_new_tokens=r.max_num_new_tokens,
-                       max_load_tokens=r.max_load_tokens)
+                       max_load_tokens=r.max_load_tokens,
+                       swa_reduction_before_caps=r.swa_reduction_before_caps)
 
 
 def lifecycle_rule(r: Release) -> str:
@@ -63,7 +64,8 @@ def run(r: Release, g: GroupConfig, req: RequestConfig, lc: lifecycle.Lifecycle)
     """One request through ``lc`` under release ``r``'s store side: its
     store rule over the group its mask sees (``release_rules.mask_group``:
     0.30.0's mask window has no ``extra_retained_tokens``), its EAGLE tail
-    and its finish. The trace keeps ``g`` itself (the load models and the
+    and its finish (the commit-point clamp, and 0.34.0's computed-tokens
+    clamp, which an error finish before the prompt is computed meets). The trace keeps ``g`` itself (the load models and the
     output see the group as configured).
 
     The record's other store parts do not act in this world: no block is
@@ -71,5 +73,10 @@ def run(r: Release, g: GroupConfig, req: RequestConfig, lc: lifecycle.Lifecycle)
     (``storable_keyed_cap``), no lookup moves the cursor
     (``cursor_on_lookup``); 0.29.0's ``vllm-0.29`` rule ignores a retention
     interval, as 0.29.0's offloading does (``retention_interval``)."""
-    trace = lifecycle.run(lifecycle_rule(r), release_rules.mask_group(r, g), req, lc)
+    if req.hash_lookahead_tokens and not r.lookahead_hashes:
+        raise ParamError("hash_lookahead_tokens", req.hash_lookahead_tokens,
+                         f"0 under vLLM {r.name}, which has no lookahead block hashes under "
+                         "a KV connector (0.34.0 on)")
+    trace = lifecycle.run(lifecycle_rule(r), release_rules.mask_group(r, g), req, lc,
+                          finish_computed_clamp=r.finish_computed_clamp)
     return dataclasses.replace(trace, group=g, _sets={})

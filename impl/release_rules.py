@@ -28,9 +28,13 @@ def storable_chunks(r: Release, g: GroupConfig, req: RequestConfig, offloadable:
     return rules.storable_chunks(rule, g, req, offloadable, finished)
 
 
-def finish_tokens(r: Release, req: RequestConfig, num_tokens: int) -> int:
-    """``num_tokens_after_batch`` of a normally finished request."""
-    return rules.finish_tokens("vllm-0.33" if r.finish_clamp else "vllm-0.29", req, num_tokens)
+def finish_tokens(r: Release, req: RequestConfig, num_tokens: int,
+                  num_computed_tokens: int) -> int:
+    """``num_tokens_after_batch`` of a finished (not aborted) request: the
+    commit-point clamp (0.30.0 on) and the computed-tokens clamp (0.34.0
+    on)."""
+    return rules.finish_tokens("vllm-0.33" if r.finish_clamp else "vllm-0.29", req, num_tokens,
+                               num_computed_tokens if r.finish_computed_clamp else None)
 
 
 def store_step(r: Release, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,

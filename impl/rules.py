@@ -157,22 +157,27 @@ def storable_chunks(
 ) -> int:
     """``RequestOffloadState.storable_chunks`` (allocation and keys assumed to
     cover the offloadable range). EAGLE groups drop their volatile trailing
-    chunk while decoding; vLLM 0.33 lifts that once finished, 0.29 never."""
+    chunk while decoding; vLLM 0.33 lifts that once finished, 0.29 never;
+    under lookahead hashes (``g.lookahead_hashes``, 0.34.0) no group drops it
+    (``apply_eagle_drop`` False)."""
     n = offloadable // g.chunk_tokens
     decoding = offloadable > req.prompt_tokens
     lifted = finished and rule != "vllm-0.29"
-    if g.eagle and decoding and not lifted:
+    if g.legacy_eagle and decoding and not lifted:  # apply_eagle_drop (0.34.0)
         n = max(0, n - 1)
     return n
 
 
-def finish_tokens(rule: str, req: RequestConfig, num_tokens: int) -> int:
-    """``num_tokens_after_batch`` of a normally finished request: 0.33 clamps to
-    the commit point ``max(num_prompt_tokens, num_tokens - 1)``; 0.29 used
-    ``num_tokens``."""
-    if rule != "vllm-0.29":
-        return max(req.prompt_tokens, num_tokens - 1)
-    return num_tokens
+def finish_tokens(rule: str, req: RequestConfig, num_tokens: int,
+                  num_computed_tokens: int | None = None) -> int:
+    """``num_tokens_after_batch`` of a finished (not aborted) request: 0.33
+    clamps to the commit point ``max(num_prompt_tokens, num_tokens - 1)``;
+    0.29 used ``num_tokens``. ``num_computed_tokens``: the computed-tokens
+    clamp of vLLM 0.34.0 (``min(num_computed_tokens, ...)``: a request
+    finished before its prefill completed, ``FINISHED_ERROR``, stores no
+    uncomputed token); None: no such clamp (0.29.0 .. 0.33.0)."""
+    n = max(req.prompt_tokens, num_tokens - 1) if rule != "vllm-0.29" else num_tokens
+    return n if num_computed_tokens is None else min(num_computed_tokens, n)
 
 
 @dataclass(frozen=True)

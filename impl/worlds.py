@@ -87,10 +87,16 @@ def dense_chunks(groups: tuple[LookupGroup, ...], trace: Trace) -> tuple[tuple[i
     return tuple(tuple(range(off // g.chunk_tokens)) for g in groups)
 
 
-def single_request_content(groups, chunks_per_group, shared_tokens: int) -> StoreContent:
-    """The later request's HIT keys: stored chunks wholly inside the shared prefix."""
+def single_request_content(groups, chunks_per_group, shared_tokens: int,
+                           hash_lookahead_tokens: int = 0) -> StoreContent:
+    """The later request's HIT keys: stored chunks wholly inside the shared
+    prefix; with L lookahead tokens a chunk's key also covers the L tokens
+    after it (``get_request_block_hasher``), which must be shared too (the
+    stored prompt's last chunk keys its first sampled tokens, which a later
+    request repeating the prompt lacks)."""
+    L = hash_lookahead_tokens
     return StoreContent.of_chunks([
-        [c for c in chunks if (c + 1) * g.chunk_tokens <= shared_tokens]
+        [c for c in chunks if (c + 1) * g.chunk_tokens + L <= shared_tokens]
         for g, chunks in zip(groups, chunks_per_group)
     ])
 
@@ -136,7 +142,8 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
                          f"at most the shared prefix ({shared} tokens): a GPU hit is a shared prefix")
     if len(evicted) > len(groups):
         raise ParamError("evicted", evicted, f"chunks of at most {len(groups)} group(s)")
-    req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens)
+    L = trace.request.hash_lookahead_tokens
+    req = LaterRequest(later_prompt, local_hit_tokens, max_load_tokens, hash_lookahead_tokens=L)
     parts = VLLM_0_33 if parts is None else parts
     stored = stored_chunks(groups, trace)
     gone = [set(e) for e in evicted] + [set() for _ in groups[len(evicted):]]
@@ -146,10 +153,10 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
             return chunks_per_group
         return [[c for c in cs if c not in out] for cs, out in zip(chunks_per_group, gone)]
 
-    content = single_request_content(groups, held(stored), shared)
+    content = single_request_content(groups, held(stored), shared, L)
     rule = lookup(groups, req, content, parts=parts)
     unchecked = unchecked_chunks(rule, content)
     del content  # the dense content is as large: not both at once
     dense = lookup(groups, req, single_request_content(
-        groups, held(dense_chunks(groups, trace)), shared), parts=parts)
+        groups, held(dense_chunks(groups, trace)), shared, L), parts=parts)
     return LaterLookup(groups, req, shared, stored, rule, dense, unchecked)

@@ -120,6 +120,13 @@ class GroupConfig:
     dcp_world_size: decode context parallel size; scales the block.
     eagle: the group holds EAGLE/MTP draft layers (``is_eagle_group``).
     retention_interval: ``CacheConfig.prefix_cache_retention_interval``.
+    lookahead_hashes: the offloading scheduler's ``use_lookahead_block_hashes``
+        (vLLM 0.34.0: ``vllm_config.num_hash_lookahead_tokens > 0``; the
+        request's ``RequestConfig.hash_lookahead_tokens``). An EAGLE group is
+        then stored and looked up as a plain SWA group (:attr:`legacy_eagle`
+        False: no trailing drop, no mask shift, no widening), except that it
+        still gets no final tail (``store_horizon_chunks`` and
+        ``_final_swa_alignment_blocks`` test ``is_eagle_group`` alone).
     """
 
     block_size: int
@@ -130,6 +137,7 @@ class GroupConfig:
     eagle: bool = False
     retention_interval: int | None = None
     extra_retained_tokens: int = 0
+    lookahead_hashes: bool = False
 
     def __post_init__(self) -> None:
         _need_int("block_size", self.block_size, 1)
@@ -174,9 +182,17 @@ class GroupConfig:
         return self.window + self.extra_retained_tokens
 
     @property
+    def legacy_eagle(self) -> bool:
+        """An EAGLE group with legacy hashes: ``reachable_block_mask``'s
+        ``use_eagle`` (``is_eagle_group and not use_lookahead_block_hashes``,
+        vLLM 0.34.0; ``is_eagle_group`` before), the trailing drop of
+        ``storable_chunks`` (``apply_eagle_drop``) and the lookup's widening."""
+        return self.eagle and not self.lookahead_hashes
+
+    @property
     def shift(self) -> int:
         """EAGLE shift of the matched run (``reachable_block_mask``)."""
-        return 1 if self.eagle else 0
+        return 1 if self.legacy_eagle else 0
 
     @property
     def need(self) -> int:
@@ -253,28 +269,68 @@ class RequestConfig:
     prompt_tokens: ``Request.num_prompt_tokens``.
     max_offload_tokens: ``kv_transfer_params["max_offload_tokens"]``.
     offload_prompt_only: ``OffloadingSpec.offload_prompt_only`` (default True).
+    hash_lookahead_tokens: ``vllm_config.num_hash_lookahead_tokens`` (L,
+        vLLM 0.34.0): each block hash also covers the L tokens after its
+        block, so the request has ``(num_tokens - L) // tokens_per_hash``
+        block hashes (``get_request_block_hasher``) and, with L > 0,
+        ``_calc_num_offloadable_tokens`` is capped by the hashed tokens
+        (:meth:`hashed_tokens`). 0: legacy hashes (every release before).
+    tokens_per_hash: ``SchedulerOffloadConfig.tokens_per_hash``, the hash
+        block size (``resolve_kv_cache_block_sizes``: the GCD of the groups'
+        block sizes times DCP); read only when ``hash_lookahead_tokens > 0``.
     """
 
     prompt_tokens: int
     max_offload_tokens: int | None = None
     offload_prompt_only: bool = True
+    hash_lookahead_tokens: int = 0
+    tokens_per_hash: int = 1
 
     def __post_init__(self) -> None:
         _need_int("prompt_tokens", self.prompt_tokens, 1)
         if self.max_offload_tokens is not None:
             _need_int("max_offload_tokens", self.max_offload_tokens, 0)
+        _need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
+        _need_int("tokens_per_hash", self.tokens_per_hash, 1)
 
     @property
     def prompt_offloadable_tokens(self) -> int:
         """``prompt_offloadable_tokens`` of ``_build_store_jobs``: the
-        prompt's offloadable tokens, ``offloadable(prompt, prompt)``."""
+        prompt's offloadable tokens, ``offloadable(prompt, prompt)`` (with
+        lookahead hashes, before the first token is sampled: a store step
+        reads it at its ``num_tokens``, :meth:`at`)."""
         return self.offloadable(self.prompt_tokens, self.prompt_tokens)
+
+    def hashed_tokens(self, num_tokens: int) -> int | None:
+        """``len(block_hashes) * tokens_per_hash`` of a request of
+        ``num_tokens`` tokens under lookahead hashes; None without them."""
+        if not self.hash_lookahead_tokens:
+            return None
+        L, h = self.hash_lookahead_tokens, self.tokens_per_hash
+        return max(0, num_tokens - L) // h * h
 
     def offloadable(self, tokens: int, num_tokens: int) -> int:
         """``OffloadingConnectorScheduler._calc_num_offloadable_tokens``."""
         n = min(tokens, num_tokens)
+        hashed = self.hashed_tokens(num_tokens)
+        if hashed is not None:
+            n = min(n, hashed)
         if self.max_offload_tokens is not None:
             n = min(n, self.max_offload_tokens)
         if self.offload_prompt_only:
             n = min(n, self.prompt_tokens)
         return n
+
+    def at(self, num_tokens: int) -> "RequestConfig":
+        """The request as one ``_build_store_jobs`` call sees it, at
+        ``Request.num_tokens`` = ``num_tokens``: the hashed-tokens cap is one
+        more cap of ``_calc_num_offloadable_tokens`` beside
+        ``max_offload_tokens`` (both are mins), so it is folded into that
+        one, and every reader of the request (the prompt horizon
+        ``prompt_offloadable_tokens``, the rules' contracts) reads the
+        hashed end of this step. ``self`` without lookahead hashes."""
+        hashed = self.hashed_tokens(num_tokens)
+        if hashed is None:
+            return self
+        cap = hashed if self.max_offload_tokens is None else min(hashed, self.max_offload_tokens)
+        return RequestConfig(self.prompt_tokens, cap, self.offload_prompt_only)

@@ -1,4 +1,4 @@
-"""vLLM releases 0.29.0 .. 0.33.0 as data: one record per distinct release.
+"""vLLM releases 0.29.0 .. 0.34.0 as data: one record per distinct release.
 
 Each field is one part of the offloading scheduler's SWA store rule or of its
 offload lookup that differs between releases, with the value the release's
@@ -19,6 +19,12 @@ policy, named ``BLOCK_LEVEL`` in 0.29.0), ``advance_stored_idx``,
 a hit loads for a new request (``update_state_after_alloc``: 0.29.0 scans
 for the first fresh block from block 0, later releases from the local hit;
 the same block when every locally computed block is hashed).
+
+Not a part of a record but of the configuration: vLLM 0.34.0's lookahead
+block hashes (``num_hash_lookahead_tokens``, L), which its
+``lookahead_hashes`` part honours: ``kvreach.params.RequestConfig
+.hash_lookahead_tokens`` and ``GroupConfig.lookahead_hashes``, by default
+what vLLM derives (``kvreach.scenario.derived_hash_lookahead_tokens``).
 """
 
 from __future__ import annotations
@@ -281,10 +287,9 @@ V0_34_0 = Release(
     failed_transfers=True,
 )
 
-# V0_34_0 joins RELEASES (and becomes DEFAULT) with the spec and impl
-# semantics of its new parts; until then it is read by name only.
-RELEASES: tuple[Release, ...] = (V0_29_0, V0_30_0, V0_31_0, V0_33_0)
-DEFAULT = V0_33_0
+# 0.34.0, the current release, is the default.
+RELEASES: tuple[Release, ...] = (V0_29_0, V0_30_0, V0_31_0, V0_33_0, V0_34_0)
+DEFAULT = V0_34_0
 
 
 def release(version: str) -> Release:

@@ -10,6 +10,7 @@ alignment comes from :func:`kvreach.params.alignment_tokens`, the rule
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,8 @@ class Scenario:
     decode: int = 0
     load_model: str = "intended"
     extra_retained_tokens: int = 0
+    error_after_step: int | None = None
+    hash_lookahead_tokens: int | None = None  # None: what vLLM derives (derived_hash_lookahead_tokens)
 
     def config(self, rule: str) -> dict:
         """The ``config`` object of ``simulate --json`` (option names)."""
@@ -55,6 +58,8 @@ class Scenario:
             "offload_prompt_only": self.offload_prompt_only, "decode": self.decode,
             "abort_after_step": self.abort_after_step, "async": self.async_scheduling,
             "extra_retained_tokens": self.extra_retained_tokens,
+            "error_after_step": self.error_after_step,
+            "hash_lookahead_tokens": self.hash_lookahead_tokens,
         }
 
     @property
@@ -70,8 +75,48 @@ class Scenario:
 MINIMUM = {
     "swa_block_size": 1, "window": 1, "prompt": 1, "budget": 1, "full_block_size": 1,
     "blocks_per_chunk": 1, "dcp": 1, "retention_interval": 0, "max_offload_tokens": 0,
-    "abort_after_step": 0, "decode": 0, "extra_retained_tokens": 0,
+    "abort_after_step": 0, "decode": 0, "extra_retained_tokens": 0, "error_after_step": 0,
+    "hash_lookahead_tokens": 0,
 }
+
+
+def derived_hash_lookahead_tokens(s: Scenario, release: Release = DEFAULT_RELEASE) -> int:
+    """``VllmConfig.num_hash_lookahead_tokens`` as vLLM derives it for the
+    scenario under the offloading connector
+    (``_resolve_num_hash_lookahead_tokens``, vLLM 0.34.0): with an EAGLE/MTP
+    drafter (``use_eagle_block_drop``; kvreach sees one as an EAGLE group, or
+    as ``extra_retained_tokens > 0``, which only a multi-token MTP drafter
+    sets) and a connector that supports lookahead hashes
+    (``OffloadingConnector.supports_lookahead_block_hashes`` is True), the
+    drafter's ``num_prefill_lookahead_tokens``: 1 for EAGLE, EAGLE3 and MTP,
+    ``num_speculative_tokens`` for multi-module MTP, which is
+    ``extra_retained_tokens + 1`` (``kv_cache_planning``: ``extra =
+    max(0, num_prefill_lookahead_tokens - 1)``). 0 without a drafter, with
+    ``disable_lookahead_block_hashes``, and in every release before 0.34.0
+    (their ``VllmConfig`` turns lookahead hashes off under any KV connector)."""
+    if not release.lookahead_hashes or not (s.eagle or s.extra_retained_tokens > 0):
+        return 0
+    return s.extra_retained_tokens + 1
+
+
+def hash_lookahead_tokens(s: Scenario, release: Release = DEFAULT_RELEASE) -> int:
+    """The scenario's L: the one given, else :func:`derived_hash_lookahead_tokens`;
+    ParamError for L > 0 under a release without lookahead hashes."""
+    if s.hash_lookahead_tokens is None:
+        return derived_hash_lookahead_tokens(s, release)
+    if s.hash_lookahead_tokens > 0 and not release.lookahead_hashes:
+        raise ParamError("hash_lookahead_tokens", s.hash_lookahead_tokens,
+                         f"0 under vLLM {release.name}, which has no lookahead block hashes "
+                         "under a KV connector (0.34.0 on)")
+    return s.hash_lookahead_tokens
+
+
+def tokens_per_hash(s: Scenario) -> int:
+    """``SchedulerOffloadConfig.tokens_per_hash`` (``resolve_kv_cache_block_sizes``'
+    hash block size): the GCD of the groups' block sizes times DCP; the one
+    group's block size times DCP for an SWA-only model."""
+    blocks = [s.swa_block_size] + ([] if s.full_block_size is None else [s.full_block_size])
+    return math.gcd(*blocks) * s.dcp
 
 
 
@@ -123,24 +168,30 @@ def lookup_groups(s: Scenario, release: Release = DEFAULT_RELEASE) -> tuple:
                                 extra_retained_tokens=s.extra_retained_tokens, eagle=s.eagle),)
 
 
-def run_scenario(rule: str | Release, s: Scenario) -> Trace:
+def run_scenario(rule: str | Release, s: Scenario, release: Release | None = None) -> Trace:
     """Validate ``s`` (``ParamError`` naming the Scenario field, or the
     ``GroupConfig`` / ``RequestConfig`` / ``Lifecycle`` parameter) and drive
     it through the executable rule ``rule`` (a rule name of
     ``kvreach.params.RULES``), or through a release's store side when
-    ``rule`` is a release record (``kvreach.impl.release.run``)."""
+    ``rule`` is a release record (``kvreach.impl.release.run``). The
+    lookahead hashes are those of the release ``rule`` (or ``release``, the
+    release a rule's stores are scored against; default
+    ``kvreach.releases.DEFAULT``): given, or as that release derives them."""
     from kvreach.impl.lifecycle import Lifecycle, run  # only when a scenario runs
     from kvreach.impl import release as release_params
 
     check_limits(s)
+    L = hash_lookahead_tokens(s, rule if isinstance(rule, Release) else release or DEFAULT_RELEASE)
     g = GroupConfig(
         block_size=s.swa_block_size, window=s.window, alignment_tokens=s.alignment_tokens,
         blocks_per_chunk=s.blocks_per_chunk, dcp_world_size=s.dcp, eagle=s.eagle,
         retention_interval=s.retention_interval, extra_retained_tokens=s.extra_retained_tokens,
+        lookahead_hashes=L > 0,
     )
-    req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only)
+    req = RequestConfig(s.prompt, s.max_offload_tokens, s.offload_prompt_only,
+                        hash_lookahead_tokens=L, tokens_per_hash=tokens_per_hash(s))
     lc = Lifecycle(budget=s.budget, decode=s.decode, abort_after_step=s.abort_after_step,
-                   async_scheduling=s.async_scheduling)
+                   async_scheduling=s.async_scheduling, error_after_step=s.error_after_step)
     if isinstance(rule, Release):
         return release_params.run(rule, g, req, lc)
     return run(rule, g, req, lc)

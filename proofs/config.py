@@ -102,6 +102,20 @@ SCOPE_STATIC = SCOPE_SYMBOLIC + "; a single symbolic chunk / boundary / horizon 
 SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
 
 
+# A row whose releases have lookahead block hashes (vLLM 0.34.0): the mode is
+# not in the spec, so the row is about num_hash_lookahead_tokens L = 0 only
+# (no EAGLE/MTP draft, or disable_lookahead_block_hashes); and world "vllm"'s
+# over-approximation of 0.34.0's junction and failed transfers.
+SCOPE_LOOKAHEAD_OFF = (
+    "; vLLM 0.34.0 with lookahead block hashes off only (num_hash_lookahead_tokens L = 0: "
+    "no EAGLE/MTP draft, or disable_lookahead_block_hashes; L >= 1 is not modelled)"
+)
+SCOPE_WORLD_VLLM_034 = (
+    "; 0.34.0's shared-prefix junction on lookup within shared_prefix_boundary's any value, "
+    "its failed store a submitted one, a lookup after its failed load a start with no hit"
+)
+
+
 def scope_grid(geometries) -> str:
     """A lifecycle row proved per geometry of the grid."""
     return (SCOPE_SYMBOLIC + "; geometry fixed to each of " + str(len(geometries)) +

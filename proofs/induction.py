@@ -100,7 +100,9 @@ def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
         if i < depth - 1:
             prem.append(z3.Or(t.kind == K_PREFILL, t.kind == K_DECODE) if ob.world == "single"
                         else z3.Not(t.finished))
-        else:
+        elif ob.world == "single":
             prem.append(z3.Or(t.kind == K_FINISH, t.kind == K_ABORT))
+        else:
+            prem.append(t.finished)  # finish, abort or error
     viol = ob.bmc_violation(ctx, sts, trs) if ob.bmc_violation else z3.BoolVal(False)
     return Query(prem, viol), sts, trs  # as written: its models are the counterexamples

@@ -27,17 +27,22 @@ from kvreach.releases import DEFAULT, RELEASES, Release, release
 # (``spec.lookup``: the lookup and the store mask's window it is linked to).
 LOOKUP_PARTS = frozenset({
     "mask_window_extra", "lookup_window_extra", "padded_initial_window", "eagle_widening",
-    "max_load_tokens",
+    "max_load_tokens", "swa_reduction_before_caps",
 })
-# World "vllm" (``spec.lifecycle``: the cursor on a lookup, the null-block filter).
-WORLD_VLLM_PARTS = frozenset({"cursor_on_lookup", "null_block_filter"})
+# World "vllm" (``spec.lifecycle``: the cursor on a lookup, the null-block
+# filter, the error finish's cap by the computed tokens). 0.34.0's
+# ``junction_on_lookup`` and ``failed_transfers`` change no world-"vllm"
+# query: ``shared_prefix_boundary`` is already any value at every step, a
+# failed store is a submitted one (the properties are about submissions) and
+# a failed load's later lookups answering 0 are starts with no hit.
+WORLD_VLLM_PARTS = frozenset({"cursor_on_lookup", "null_block_filter", "finish_computed_clamp"})
 
 # rule -> the releases whose store rule it is (kvreach's own rule: none)
 RELEASE_RULES = ("vllm-0.29", "vllm-0.33")
 
 
 def check_vllm(version: str) -> str:
-    """A vLLM version of ``kvreach.releases`` (0.29.0 .. 0.33.0), else
+    """A vLLM version of ``kvreach.releases`` (0.29.0 .. 0.34.0), else
     ParamError naming the known ones."""
     known = [v for r in RELEASES for v in r.names]
     if version not in known:

@@ -29,7 +29,7 @@ from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (the tests patch the budgets here).
 from kvreach.proofs.config import (
     BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NAMED_BMC, NAMED_MUTANTS, NODE_RL, ROW_RL,
-    VACUITY_RL,
+    SCOPE_LOOKAHEAD_OFF, SCOPE_WORLD_VLLM_034, VACUITY_RL,
 )
 from kvreach.proofs.flatten import flat_terms
 from kvreach.proofs.framework import Ctx, Query, Role
@@ -38,7 +38,7 @@ from kvreach.proofs.induction import (
 )
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 from kvreach.proofs.solve import Meter, _charge, _decide, _solve, _solve_cases, _still_sat
-from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
+from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release, release as release_of
 from kvreach.spec.config import SymConfig
 
 
@@ -315,6 +315,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     solver0, counts0, sats0 = solve._solver_seconds, dict(solve._cache_counts), len(solve._sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
+    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
+        scope += SCOPE_LOOKAHEAD_OFF + (SCOPE_WORLD_VLLM_034 if ob.world == "vllm" else "")
     detail = ""
     cex = None
     if ob.kind == "static":

@@ -19,7 +19,12 @@ docs/lifecycle.md): a change in the table changes both.
 - ``finish``: normal finish after the prompt (``num_tokens = f + 1``: the last
   sampled token is never fed); tokens per ``finish_tokens``;
 - ``abort``: ``FINISHED_ABORTED`` at any point; the store side reads
-  ``num_computed_tokens = f``. vLLM advances ``num_computed_tokens`` when it
+  ``num_computed_tokens = f``.
+- ``error`` (world "vllm"): ``FINISHED_ERROR`` at any point (a grammar or
+  encoder error, or from 0.34.0 a failed offload load under
+  ``kv_load_failure_policy="fail"``), before the prompt is computed too; the
+  store side reads a finished request's tokens, ``finish_tokens`` (0.34.0
+  also caps them by ``num_computed_tokens``: ``Release.finish_computed_clamp``). vLLM advances ``num_computed_tokens`` when it
   schedules, in synchronous and asynchronous scheduling alike, so both modes
   give the store side the same value (async only has the last step's output in
   flight); the transition covers both.
@@ -52,6 +57,9 @@ K_RECOMPUTE, K_PREEMPT, K_LOOKUP, K_START, K_START_LOADED = range(4, 9)
 # A decode step under AsyncScheduler: the store side's Request.num_tokens is
 # one behind (the step's sampled token is not appended yet; finding F9).
 K_DECODE_ASYNC = 9
+# Scheduler.finish_requests(..., FINISHED_ERROR): a finish at any point, the
+# store side treating it as a finished request, not an aborted one.
+K_ERROR = 10
 # The manager's answer to prepare_store (world "vllm"): every key accepted,
 # some keys (PARTIAL; de-duplication or capacity), or None (REFUSED).
 O_ACCEPT, O_PARTIAL, O_REFUSED = range(3)
@@ -255,6 +263,18 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
         num_tokens=lambda s, pre: pre.f,
         status="RUNNING", ends=False,
     ),
+    TransitionDef(
+        # Scheduler.finish_requests(req_id, FINISHED_ERROR) at any point: the
+        # store side's finished-request branch of _build_store_jobs, whose
+        # max(num_prompt_tokens, num_tokens - 1) is the whole prompt while it
+        # is being computed (before 0.34.0; _ERROR_CLAMPED for 0.34.0)
+        K_ERROR, "error", _SCHED, "Scheduler.finish_requests", sched=0,
+        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
+        new_f=lambda s, pre, sched: pre.f,
+        tokens_after=lambda s, rule, pre, sched: finish_tokens(s, rule, num_tokens(s, pre.f)),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="FINISHED_ERROR", ends=True,
+    ),
 )
 assert [t.kind for t in TRANSITIONS] == list(range(len(TRANSITIONS)))
 
@@ -273,6 +293,10 @@ _CURSOR_KEPT = {
                   new_cursor=lambda s, pre, sched: pre.cursor),
     K_START_LOADED: dict(guard=lambda s, pre, sched, budget: z3.And(pre.f == 0, sched >= 1)),
 }
+# vLLM 0.34.0 (``Release.finish_computed_clamp``): a finished request's
+# num_tokens_after_batch is also capped by num_computed_tokens.
+_ERROR_CLAMPED = dict(
+    tokens_after=lambda s, rule, pre, sched: finish_tokens(s, rule, num_tokens(s, pre.f), pre.f))
 CURSOR_ON_LOOKUP = ("reset to 0", "kept")
 NULL_BLOCK_FILTERS = ("every reachable block", "last block")
 
@@ -280,14 +304,19 @@ NULL_BLOCK_FILTERS = ("every reachable block", "last block")
 def table(world: str = "single", release: Release = DEFAULT_RELEASE) -> tuple[TransitionDef, ...]:
     """The entries of :data:`TRANSITIONS` the world has, for ``release``'s
     ``get_num_new_matched_tokens`` and ``update_state_after_alloc``
-    (``Release.cursor_on_lookup``; :data:`TRANSITIONS` is 0.33.0's)."""
+    (``Release.cursor_on_lookup``) and ``_build_store_jobs``'s finished
+    request (``Release.finish_computed_clamp``, read by ``error``);
+    :data:`TRANSITIONS` is 0.33.0's."""
     if world == "vllm":
         if release.cursor_on_lookup not in CURSOR_ON_LOOKUP:
             raise ValueError(f"cursor_on_lookup={release.cursor_on_lookup!r}: "
                              f"expected one of {CURSOR_ON_LOOKUP}")
-        if release.cursor_on_lookup == "reset to 0":
+        changes = {} if release.cursor_on_lookup == "reset to 0" else dict(_CURSOR_KEPT)
+        if release.finish_computed_clamp:
+            changes[K_ERROR] = _ERROR_CLAMPED
+        if not changes:
             return TRANSITIONS
-        return tuple(replace(t, **_CURSOR_KEPT[t.kind]) if t.kind in _CURSOR_KEPT else t
+        return tuple(replace(t, **changes[t.kind]) if t.kind in changes else t
                      for t in TRANSITIONS)
     if world != "single":
         raise ValueError(f"unknown world {world!r}")

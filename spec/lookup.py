@@ -1,4 +1,4 @@
-"""vLLM's offload lookup (Z3), 0.29.0 to 0.33.0: the load path that defines
+"""vLLM's offload lookup (Z3), 0.29.0 to 0.34.0: the load path that defines
 *loadable*.
 
 The Z3 twin of ``kvreach.impl.lookup``, written from vLLM's lookup code
@@ -43,6 +43,10 @@ The release's parts (``Release`` fields) the spec reads:
   ``_lookup_complete_chunks`` never reads ``kv_transfer_params``.
 - ``mask_window_extra`` (:func:`link`): the store mask's window is
   ``sliding_window + extra_retained_tokens`` or ``sliding_window`` alone.
+- ``swa_reduction_before_caps`` (True: 0.34.0): the SWA group's ``- 1``
+  (the last prompt token recomputed) is taken from ``num_tokens`` before the
+  ``max_load_tokens`` cap, so a capped hit is not reduced; before 0.34.0
+  after it.
 
 Outside the spec's scope (the twin has them): ``pending`` (the manager
 answers HIT or MISS here, so 0.29.0's sticky HIT_PENDING deferral never
@@ -384,8 +388,13 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0,
     r = s.release
     # kv_transfer_params["max_load_tokens"]: read from 0.31.0 on
     max_load = r.max_load_tokens
-    m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T) if max_load else T
-    m = m - 1  # an SWA group exists: the last prompt token is recomputed
+    if r.swa_reduction_before_caps:
+        # 0.34.0: the SWA -1 comes first; a tighter cap is not reduced
+        m = T - 1
+        m = z3.If(s.has_max_load, _min(m, local + s.max_load_tokens), m) if max_load else m
+    else:
+        m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T) if max_load else T
+        m = m - 1  # an SWA group exists: the last prompt token is recomputed
     zero = []
     # full-attention group (prefix lookup)
     m1 = _min(m, T / Cf * Cf)

@@ -33,11 +33,16 @@ def storable_chunks(s: SymConfig, rule: str, offloadable, finished) -> z3.ArithR
     return z3.If(z3.And(s.eagle, decoding, z3.Not(lifted)), _max(0, n - 1), n)
 
 
-def finish_tokens(s: SymConfig, rule: str, num_tokens) -> z3.ArithRef:
-    """``num_tokens_after_batch`` at a normal finish."""
-    if rule == "vllm-0.29":
-        return num_tokens
-    return _max(s.P, num_tokens - 1)
+def finish_tokens(s: SymConfig, rule: str, num_tokens, computed=None) -> z3.ArithRef:
+    """``num_tokens_after_batch`` of a finished request that was not aborted
+    (``req.is_finished()``). ``computed``: ``num_computed_tokens`` when the
+    release also caps it by them (``Release.finish_computed_clamp``, 0.34.0:
+    ``min(num_computed_tokens, max(P, num_tokens - 1))``; at a normal finish,
+    ``num_computed_tokens >= P`` and ``num_tokens = num_computed_tokens + 1``,
+    so the cap changes nothing there: only a request finished before its
+    prompt is computed, ``FINISHED_ERROR``, differs)."""
+    t = num_tokens if rule == "vllm-0.29" else _max(s.P, num_tokens - 1)
+    return t if computed is None else _min(computed, t)
 
 
 def no_final_segment(s: SymConfig) -> z3.BoolRef:

@@ -228,7 +228,7 @@ def test_prove_single_static_obligation(tmp_path):
     root = ET.parse(ju).getroot()
     cases = root.findall(".//testcase")
     assert len(cases) == 1
-    assert cases[0].get("name") == "load-window-blocks[any,any,0.29.0/0.30.0/0.31.0/0.32.0/0.33.0]"
+    assert cases[0].get("name") == "load-window-blocks[any,any,0.29.0/0.30.0/0.31.0/0.32.0/0.33.0/0.34.0]"
     assert (cases[0].find("failure") is None) == ok
     suite = root.find("testsuite")
     assert suite.get("tests") == "1" and suite.get("failures") == ("0" if ok else "1")

@@ -50,9 +50,11 @@ def swa(doc: dict) -> dict:
 
 def test_simulate_release_store_sides_are_the_rules_they_transcribe():
     """0.29.0's store side is the rule vllm-0.29 (its window, EAGLE tail and
-    finish); 0.31.0 .. 0.33.0's is vllm-0.33; no --vllm is 0.33.0."""
+    finish); 0.31.0 .. 0.34.0's is vllm-0.33 (0.34.0's without lookahead
+    hashes: with them an EAGLE group is a plain one); no --vllm is 0.34.0."""
     for extra in ("0", "4"):
-        args = [*PR, "--extra-retained-tokens", extra, "--decode", "2", "--eagle"]
+        args = [*PR, "--extra-retained-tokens", extra, "--decode", "2", "--eagle",
+                "--hash-lookahead-tokens", "0"]
         by_rule = {rule: run_json("simulate", "--rule", rule, *args)["groups"]
                    for rule in ("vllm-0.29", "vllm-0.33")}
         for v in VERSIONS:
@@ -138,28 +140,37 @@ def test_lookup_0_30_0_loads_a_chunk_its_own_store_side_left_out():
 def test_lookup_rule_against_a_release_lookup():
     """--rule R --vllm X: kvreach's rule R stores (as --rule R alone does),
     release X's lookup finds the hit."""
-    alone = run_json("lookup", "--rule", "lookup-window", *CASE_030_STORED)
+    alone = run_json("lookup", "--rule", "lookup-window", *CASE_030_STORED,
+                     "--hash-lookahead-tokens", "0")
     against = run_json("lookup", "--rule", "lookup-window", "--vllm", "0.30.0", *CASE_030_STORED)
     assert [g["stored_chunks"] for g in alone["groups"]] == \
         [g["stored_chunks"] for g in against["groups"]]
-    assert (alone["config"]["vllm"], against["config"]["vllm"]) == ("0.33.0", "0.30.0")
+    assert (alone["config"]["vllm"], against["config"]["vllm"]) == ("0.34.0", "0.30.0")
     assert against["config"]["store_side"] == "rule" and against["config"]["rule"] == "lookup-window"
     assert (swa(alone)["window_chunks"], swa(against)["window_chunks"]) == (4, 2)
     # without --rule the release's own store side
     own = run_json("lookup", "--vllm", "0.30.0", *CASE_030_STORED)
     assert own["config"]["store_side"] == "vllm" and own["config"]["rule"] == "vllm-0.33"
     assert swa(own)["stored_chunks"] == 2 and swa(against)["stored_chunks"] == 3
-    # no --vllm: the lookup of 0.33.0, as before
+    # no --vllm: the lookup of 0.34.0, the default
     assert run_json("lookup", "--rule", "vllm-0.29", *PR) == \
-        run_json("lookup", "--rule", "vllm-0.29", "--vllm", "0.33.0", *PR)
+        run_json("lookup", "--rule", "vllm-0.29", "--vllm", "0.34.0", *PR)
 
 
 # --- bad input -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("args, start", [
-    (["simulate", "--vllm", "0.34.0", *PR], "error: --vllm=0.34.0: expected one of 0.29.0, "
-     "0.30.0, 0.31.0, 0.32.0, 0.33.0"),
+    (["simulate", "--vllm", "0.35.0", *PR], "error: --vllm=0.35.0: expected one of 0.29.0, "
+     "0.30.0, 0.31.0, 0.32.0, 0.33.0, 0.34.0"),
+    (["simulate", "--vllm", "0.33.0", "--hash-lookahead-tokens", "1", *PR],
+     "error: --hash-lookahead-tokens=1: expected 0 under vLLM 0.33.0, which has no lookahead"),
+    (["lookup", "--vllm", "0.30.0", "--eagle", "--hash-lookahead-tokens", "2", *PR],
+     "error: --hash-lookahead-tokens=2: expected 0 under vLLM 0.30.0"),
+    (["simulate", "--hash-lookahead-tokens", "-1", *PR],
+     "error: --hash-lookahead-tokens=-1: expected an integer >= 0"),
+    (["simulate", "--error-after-step", "1", "--abort-after-step", "1", *PR],
+     "error: --error-after-step=1: expected None with abort_after_step"),
     (["lookup", "--vllm", "vllm-0.29", *PR], "error: --vllm=vllm-0.29: expected one of 0.29.0"),
     (["simulate", "--rule", "vllm-0.29", "--vllm", "0.29.0", *PR],
      "error: --vllm=0.29.0: expected no --rule beside it"),

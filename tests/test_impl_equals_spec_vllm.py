@@ -54,7 +54,7 @@ def plans(draw, rule, g, r, release=DEFAULT, restarts: bool = False, null_blocks
     blocks = st.frozensets(st.integers(0, nblocks), max_size=4)
     forced = ["recompute", "preempt", "lookup"] if restarts and draw(st.booleans()) else []
     for i in range(draw(st.integers(1, 7))):
-        kinds = ["preempt", "abort", "recompute"]
+        kinds = ["preempt", "abort", "error", "recompute"]
         if f < P:
             kinds.append("prefill")
         if f >= P:

@@ -125,6 +125,7 @@ def test_semantic_check_can_fail(monkeypatch):
 
 def test_table_shape():
     assert [t.kind for t in lc.table()] == [K_PREFILL, K_DECODE, K_FINISH, K_ABORT]
-    assert [t.kind for t in lc.TRANSITIONS] == list(range(10))  # world vllm's kinds after the four
+    assert [t.kind for t in lc.TRANSITIONS] == list(range(11))  # world vllm's kinds after the four
     assert lc.KINDS[:4] == ("prefill", "decode", "finish", "abort")
-    assert {t.name for t in lc.TRANSITIONS if t.ends} == {"finish", "abort"}
+    assert {t.name for t in lc.TRANSITIONS if t.ends} == {"finish", "abort", "error"}
+    assert {t.name for t in lc.table() if t.ends} == {"finish", "abort"}

@@ -65,22 +65,24 @@ SYNTHETIC = {"rows": [
 def test_cells_by_release():
     text = V.render(SYNTHETIC)
     lines = text.splitlines()
-    assert "| obligation | rule | load model | 0.29.0 | 0.30.0 | 0.31.0/0.32.0 | 0.33.0 |" in lines
+    assert "| obligation | rule | load model | 0.29.0 | 0.30.0 | 0.31.0/0.32.0 | 0.33.0 | 0.34.0 |" in lines
     # a release's own store rule is one matrix row: vllm-0.29 for 0.29.0, vllm-0.33 on
     assert ("| `soundness` | vLLM's own | aligned | counterexample (1) | counterexample (2) "
-            "| proved | proved |" in lines)
-    assert ("| `lookup-monotone` | any | any | proved | proved | proved | proved |" in lines)
-    assert "| `hit-preservation` | lookup-window | any | — | — | — | proved |" in lines
+            "| proved | proved | — |" in lines)
+    assert ("| `lookup-monotone` | any | any | proved | proved | proved | proved | — |" in lines)
+    assert "| `hit-preservation` | lookup-window | any | — | — | — | — | proved |" in lines
     # a verdict other than the expected one is marked
     assert ("| `exactly-once-restarts` | vLLM's own | any | — | — | — | **proved** "
-            "(expected counterexample) |" in lines)
+            "(expected counterexample) | — |" in lines)
     # a row about several records: its verdict under each, one footnote
     assert ("| `no-waste` | vLLM's own | any | — | counterexample (3) | counterexample (3) "
-            "| counterexample (3) |" in lines)
+            "| counterexample (3) | — |" in lines)
     assert sum(ln.startswith("3. `no-waste`") for ln in lines) == 1
     assert not any(ln.startswith("6. ") for ln in lines)  # 5 counterexample rows, 5 notes
-    # vllm-0.29 about 0.33.0 (a run before rows named their release): its own row
-    assert "| `completeness` | vllm-0.29 | aligned | — | — | — | counterexample (4) |" in lines
+    # vllm-0.29 about the default release, 0.34.0 (a run before rows named their
+    # release): its own row
+    assert ("| `completeness` | vllm-0.29 | aligned | — | — | — | — | counterexample (4) |"
+            in lines)
     # one table per world, in the order single, (b), "vllm"
     heads = [ln for ln in lines if ln.startswith("### ")]
     assert [h.split()[2] for h in heads] == ["single", "(b)", '"vllm"']
@@ -106,11 +108,11 @@ def test_counterexamples_are_decoded_with_their_command():
     assert fifth.endswith("`kvreach counterexample hit-preservation-neighbours --rule vllm-0.33 "
                           "--vllm 0.31.0`")
     fourth = next(ln for ln in text.splitlines() if ln.startswith("4. "))
-    assert fourth.startswith("4. `completeness`, vllm-0.29, aligned, vLLM 0.33.0: chunk 11.")
+    assert fourth.startswith("4. `completeness`, vllm-0.29, aligned, vLLM 0.34.0: chunk 11.")
 
 
 @pytest.mark.parametrize("vllm, why", [
-    ("0.34.0", "names 0.34.0"),
+    ("0.35.0", "names 0.35.0"),
     ("0.31.0", "without the rest of record 0.31.0/0.32.0"),
     (7, "expected a string"),
 ])

@@ -5,8 +5,8 @@
 Each case runs ``python -m kvreach.vllm_harness.release_replay CASE`` with the
 release's python (its real ``Scheduler``, ``KVCacheManager``, stock
 ``OffloadingConnector``; the offload manager's answers scripted) and, as the
-check that the assertion can fail, the same case on the vLLM 0.33.0 this
-checkout's venv holds (or the same release with the store changed).
+check that the assertion can fail, the same case on vLLM 0.33.0
+(``vllm_releases.venv("0.33.0")``: this interpreter when it holds 0.33.0) (or the same release with the store changed).
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ OLD = ("0.29.0", "0.30.0")
 
 @pytest.fixture(scope="session")
 def python():
-    """version -> the python of a venv holding that vLLM (0.33.0: this one)."""
+    """version -> the python of a venv holding that vLLM (this one when it does)."""
     cache: dict[str, str] = {}
 
     def get(version: str) -> str:
-        if version == "0.33.0":
-            pytest.importorskip("vllm")
-            return sys.executable
         if version not in cache:
             cache[version] = str(vllm_releases.venv(version))
         return cache[version]
@@ -153,23 +150,15 @@ def test_0_29_0_finish_after_a_preempted_recompute_stores_an_uncomputed_chunk(py
     chunk 2 is refused and the finish retries it, but chunk 3's block is
     never allocated.
 
-    The row's counterexample under 0.29.0's kept cursor (block 2, window 3,
-    alignment 8, a 2-token prompt) starts the request with 3 tokens
-    computed and no load: a start vLLM does not make. The GPU prefix-cache
-    hit of ``KVCacheManager.get_computed_blocks`` is a multiple of the
-    hybrid coordinator's ``_cache_hit_alignment_tokens`` (the scheduler
-    block, 8 tokens here, or with partial hash hits the hash block, 2) and
-    an offload hit whole chunks (2 tokens), so no start lands on 3 tokens;
-    the test asserts that shape instead of replaying it."""
+    The row's counterexample is now an error finish (docs/findings.md,
+    F13): ``FINISHED_ERROR`` before any token is computed, its allocated
+    chunks stored (0.29.0's finished-request branch takes ``num_tokens``,
+    the prompt); the normal-finish case above is replayed as it was."""
     cex = counterexample("computed-before-stored-restarts", "vllm-0.29")
-    c, g = cex["counterexample"], _group(cex)
+    c = cex["counterexample"]
     assert cex["vllm"] == "0.29.0"
-    assert (g["block_size"], g["window"], g["alignment_tokens"], g["blocks_per_chunk"],
-            c["config"]["request"]["prompt_tokens"]) == (2, 3, 8, 1, 2)
-    start, plan = c["plan"][0], c["plan"]
-    assert [(s["kind"], s["scheduled_tokens"]) for s in plan] == [("start", 3), ("finish", 0)]
-    tokens = start["scheduled_tokens"]
-    assert tokens % g["block_size"] and tokens % g["alignment_tokens"]  # no whole-block hit
+    assert [(s["kind"], s["scheduled_tokens"]) for s in c["plan"]] == [("error", 0)]
+    assert c["replay"][-1]["f"] == [0, 0] and c["chunk"] in c["replay"][-1]["submitted"]
     for v in ("0.29.0", "0.33.0"):
         out = replay(python(v), "finish-store-restart")
         assert out["preempted"]

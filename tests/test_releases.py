@@ -16,10 +16,10 @@ from kvreach.params import ParamError
 
 
 def test_every_release_of_the_range_has_one_record():
-    for v in ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"):
+    for v in ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"):
         assert v in R.release(v).names
     assert R.release("0.32.0") is R.release("0.31.0")
-    assert R.DEFAULT is R.release("0.33.0")
+    assert R.DEFAULT is R.release("0.34.0")
     with pytest.raises(ValueError, match="expected one of 0.29.0, 0.30.0"):
         R.release("0.28.0")
 

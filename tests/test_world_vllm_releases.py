@@ -33,6 +33,7 @@ from test_impl_equals_spec_vllm import plans as _plans
 BUDGET = 10**6  # the plans choose step sizes; the spec's budget guard is not in play
 KEPT = releases.V0_30_0  # cursor kept, last-block filter (0.29.0 .. 0.32.0)
 RESET = releases.V0_33_0
+CLAMPED = releases.V0_34_0  # reset, every reachable block, finish_computed_clamp
 
 
 def test_world_vllm_parts_per_release():
@@ -43,6 +44,7 @@ def test_world_vllm_parts_per_release():
         "0.29.0": ("kept", "last block"), "0.30.0": ("kept", "last block"),
         "0.31.0/0.32.0": ("kept", "last block"),
         "0.33.0": ("reset to 0", "every reachable block"),
+        "0.34.0": ("reset to 0", "every reachable block"),
     }
 
 
@@ -54,6 +56,8 @@ def test_the_default_release_is_the_table():
     kept = lc.table("vllm", KEPT)
     changed = {t.name for t, u in zip(lc.TRANSITIONS, kept) if t is not u}
     assert changed == {"lookup", "start", "loaded"}
+    clamped = lc.table("vllm", CLAMPED)  # 0.34.0: the error finish capped by the computed tokens
+    assert {t.name for t, u in zip(lc.TRANSITIONS, clamped) if t is not u} == {"error"}
     with pytest.raises(ValueError, match="cursor_on_lookup"):
         lc.table("vllm", dataclasses.replace(RESET, cursor_on_lookup="halved"))
 
@@ -66,7 +70,7 @@ def plans(rule, g, r, release):
 
 @settings(deadline=None, max_examples=300,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(cfg=configs(max_prompt=60), data=st.data(), release=st.sampled_from([KEPT, RESET]))
+@given(cfg=configs(max_prompt=60), data=st.data(), release=st.sampled_from([KEPT, RESET, CLAMPED]))
 def test_run_vllm_steps_are_spec_transitions_per_release(cfg, data, release):
     """Every step run_vllm takes under the release is a transition of the
     spec under the same release, and the spec offers and submits exactly the

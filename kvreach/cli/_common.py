@@ -272,7 +272,7 @@ VllmOpt = Annotated[Optional[str], typer.Option(
 
 
 def _release(value: str | None) -> Release:
-    """The record of ``--vllm`` (default 0.33.0); a one-line error naming
+    """The record of ``--vllm`` (default: ``kvreach.releases.DEFAULT``, 0.34.0); a one-line error naming
     the known versions for any other value."""
     if value is None:
         return DEFAULT_RELEASE

@@ -65,11 +65,19 @@ SCENARIO_OPTIONS: list[_Opt] = [
     _Opt("abort_after_step", "--abort-after-step", Optional[int], None,
          "abort once K steps are scheduled"),
     _Opt("async_scheduling", "--async", bool, False, "async scheduling"),
+    _Opt("error_after_step", "--error-after-step", Optional[int], None,
+         "finish with FINISHED_ERROR once K steps are scheduled (also before the prompt is "
+         "computed; not with --abort-after-step or --async)"),
     _Opt("decode", "--decode", int, 0, "decode steps after the prompt (prompt + decode at most "
          f"{MAX_TOKENS:,} tokens)"),
     _Opt("load_model", "--load-model", str, "intended", "one of " + ", ".join(LOAD_MODELS)),
     _Opt("extra_retained_tokens", "--extra-retained-tokens", int, 0,
          "SlidingWindowSpec.extra_retained_tokens (MTP re-prefill history)"),
+    _Opt("hash_lookahead_tokens", "--hash-lookahead-tokens", Optional[int], None,
+         "vllm_config.num_hash_lookahead_tokens L (lookahead block hashes, vLLM 0.34.0 on; "
+         "0 is disable_lookahead_block_hashes). Default: what vLLM derives under the "
+         "offloading connector: extra-retained-tokens + 1 with an EAGLE/MTP drafter "
+         "(--eagle, or --extra-retained-tokens > 0), else 0; 0 for releases before 0.34.0"),
 ]
 
 
@@ -99,10 +107,12 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _run_scenario(rule: str, s: Scenario) -> Trace:
-    """Run ``s`` through the rule, its ParamErrors as one-line errors naming the flag."""
+def _run_scenario(rule, s: Scenario, release=None) -> Trace:
+    """Run ``s`` through the rule (or a release's store side), its ParamErrors
+    as one-line errors naming the flag; ``release``: the release whose
+    lookahead hashes a rule runs with (``run_scenario``)."""
     try:
-        return run_scenario(rule, s)
+        return run_scenario(rule, s, release)
     except ParamError as e:
         raise _from_param_error(e) from None
 

@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import (
-    VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, _check_choice, _err, _from_param_error, _out,
+    DEFAULT_RELEASE, VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, _check_choice, _err,
+    _from_param_error, _out,
     _release,
 )
 from kvreach.cli._interrupt import ExitOnInterrupt
@@ -30,7 +31,7 @@ def counterexample(
     load_model: ModelOpt = None,
     vllm: Annotated[Optional[str], typer.Option(
         "--vllm", metavar="X", help="the row about vLLM release X (one of "
-        + ", ".join(VLLM_VERSIONS) + "; default 0.33.0)")] = None,
+        + ", ".join(VLLM_VERSIONS) + f"; default {DEFAULT_RELEASE.names[0]})")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot_file: Annotated[Optional[Path], typer.Option(
         "--plot", metavar="FILE",

@@ -1,6 +1,6 @@
 """``kvreach lookup``: the request of the scenario options stores its chunks
 under a store side; then a later request looks up, as vLLM release X's
-offload lookup does it (``--vllm X``, default 0.33.0; ``kvreach.impl.lookup``
+offload lookup does it (``--vllm X``, default 0.34.0; ``kvreach.impl.lookup``
 with the release's parts, ``kvreach.impl.release``), against those stores and
 against dense ones (every offloadable chunk), in the single-request world
 (``kvreach.impl.worlds``). The store side is the release's own, or kvreach's
@@ -51,7 +51,7 @@ def lookup(
     scenario: Scenario,
 ) -> None:
     """The later request's offload hit, as vLLM X's lookup finds it (--vllm X,
-    default 0.33.0), under the earlier request's stores (X's own store side,
+    default 0.34.0), under the earlier request's stores (X's own store side,
     or kvreach's rule --rule R) and under dense stores."""
     from kvreach.impl.release import lookup_parts
     from kvreach.impl.worlds import later_lookup
@@ -61,7 +61,7 @@ def lookup(
     _check_choice("--load-model", scenario.load_model, check_load_model)
     groups = lookup_groups(scenario, release)
     evicted = _evicted(later_evicted or [], groups)
-    trace = _run_scenario(release if rule is None else rule, scenario)
+    trace = _run_scenario(release if rule is None else rule, scenario, release)
     try:
         n = scenario.prompt if later_prompt is None else later_prompt
         r = later_lookup(groups, trace, n, later_diverges_at, later_local_hit,

@@ -157,12 +157,17 @@ def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> s
         f"max_offload_tokens={request['max_offload_tokens']}",
         f"offload_prompt_only={request['offload_prompt_only']}",
     ]
+    if request.get("hash_lookahead_tokens"):
+        parts.append(f"hash_lookahead_tokens={request['hash_lookahead_tokens']} "
+                     f"tokens_per_hash={request['tokens_per_hash']}")
     if lifecycle is not None:
         parts.append(f"budget={lifecycle['budget']}")
         if lifecycle.get("prefill_steps") is not None:
             parts.append("prefill_steps=" + ",".join(map(str, lifecycle["prefill_steps"])))
         parts.append(f"decode={lifecycle['decode']}")
         parts.append(f"abort_after_step={lifecycle['abort_after_step']}")
+        if lifecycle.get("error_after_step") is not None:
+            parts.append(f"error_after_step={lifecycle['error_after_step']}")
         if lifecycle.get("async_scheduling"):
             parts.append("async")
     return " ".join(parts)

@@ -27,7 +27,7 @@ def simulate(
     scenario: Scenario,
 ) -> None:
     """Drive one request through a store side and show every step: vLLM
-    release X's (--vllm X, default 0.33.0: its store rule, mask window, EAGLE
+    release X's (--vllm X, default 0.34.0: its store rule, mask window, EAGLE
     tail and finish) or one of kvreach's rules as transcribed (--rule R)."""
     s = scenario
     _check_choice("--rule", rule, check_rule)

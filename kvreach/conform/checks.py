@@ -366,7 +366,7 @@ def _twin_store_jobs(x, r: Release):
     if x["kind"] == "aborted":
         after = x["computed"]
     elif x["kind"] == "finished":
-        after = rel.finish_tokens(r, req, x["nt"])
+        after = rel.finish_tokens(r, req, x["nt"], x["computed"])
     else:
         after = x["computed"] + x["sched"]
     off = req.offloadable(after, x["nt"])

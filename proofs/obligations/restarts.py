@@ -39,7 +39,8 @@ from kvreach.spec.lifecycle import (
 
 WORLD_SCOPE = (
     "world: vllm (kvreach.spec.lifecycle.TRANSITIONS, every kind: prefill, decode, "
-    "decode-async, recompute, preempt, lookup, start, loaded, finish, abort; the "
+    "decode-async, recompute, preempt, lookup, start, loaded, finish, abort, error "
+    "(FINISHED_ERROR at any point); the "
     "manager accepts, takes a subset or refuses; any chunk's block may be null; "
     "shared_prefix_boundary any value >= 0 at every step, any number of "
     "incarnations)"
