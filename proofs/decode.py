@@ -12,6 +12,7 @@ from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_step
 from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
+from kvreach.proofs.lookup_groups import lookup_groups_of, lookup_parts_of, release_of  # noqa: F401
 from kvreach.proofs.scenarios import PR_54362
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.spec.config import to_concrete
@@ -63,40 +64,9 @@ def _v(m, x) -> int:
     return m.eval(x, model_completion=True).as_long()
 
 
-def release_of(lg: dict):
-    """The release a decoded lookup ran under (``lookup_groups["vllm"]``,
-    recorded when it is not 0.33.0's)."""
-    from kvreach.proofs.matrix import representative
-    from kvreach.releases import DEFAULT
-
-    return representative(lg["vllm"]) if "vllm" in lg else DEFAULT
-
-
-def lookup_parts_of(lg: dict):
-    """The twin's ``LookupParts`` of that release (``kvreach.impl.release``)."""
-    from kvreach.impl.release import lookup_parts
-
-    return lookup_parts(release_of(lg))
-
-
 def _record_release(lg: dict, lk) -> None:
     if lk.release.names != DEFAULT_RELEASE.names:
         lg["vllm"] = lk.release.name
-
-
-def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
-    """The decoded lookup groups (a counterexample's ``lookup_groups``): the
-    full-attention group, if any, then the SWA group ``g``, with the
-    release's window parts (:func:`release_of`)."""
-    from kvreach.impl.lookup import LookupGroup
-    from kvreach.impl.release import with_lookup_of
-
-    full = () if lg["full_block_tokens"] is None else (
-        LookupGroup(lg["full_block_tokens"], g.blocks_per_chunk),)
-    return full + (with_lookup_of(release_of(lg), LookupGroup(
-        g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
-        extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle,
-        lookup_variant=lg.get("lookup_variant", "vllm-0.33"))),)
 
 
 def later_lookup_of(trace: Trace, cex: dict):
@@ -111,18 +81,18 @@ def later_lookup_of(trace: Trace, cex: dict):
                         parts=lookup_parts_of(cex["lookup_groups"]))
 
 
-def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None) -> list[int]:
-    """Chunks witnessing ``obligation``'s violation in a concrete trace."""
+def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None,
+                 witness=None) -> list[int]:
+    """Chunks witnessing ``obligation``'s violation in a concrete trace;
+    ``witness``: the obligation's own replay of a decoded counterexample
+    (``Obligation.witness``: world (b)'s, load-reads-checked's), which comes
+    first where it is given."""
     if cex is not None and cex.get("world") == "vllm":
         return vllm_violation(trace, obligation, GroupConfig(**cex["config"]["group"]))
-    if cex is not None and cex.get("world") == "neighbours":  # proofs/neighbours.py
-        from kvreach.proofs.neighbours import replay
-        return replay(cex)
+    if witness is not None:
+        return witness(cex)
     if obligation.startswith("no-waste"):  # and its lookup variant's row
         return unloaded_kept_chunk(cex)
-    if obligation == "load-reads-checked":  # the twin's unchecked loads (proofs/obligations/lookup.py)
-        from kvreach.proofs.obligations.lookup import replay_load_reads_checked
-        return replay_load_reads_checked(cex)
     if trace is None:  # a static obligation with no store trace (lookup-monotone)
         return []
     stored = list(trace.stored)

@@ -98,6 +98,25 @@ class Mutant:
         return cls(name, store_fn, store_fn.__doc__)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """How an obligation's decoded counterexample is run on vLLM's real
+    scheduler (``kvreach.vllm_harness.replay.REPLAYS``, ``kvreach
+    counterexample --replay-vllm``): ``kind`` names the replayer, one of
+    :data:`REPLAY_KINDS`; ``witness`` the key of the witness in both halves
+    of ``replay_lifecycle``'s result (None: the replayer's own test, a hit
+    shorter than dense or a kept chunk no later request loads)."""
+
+    kind: str
+    witness: str | None = None
+
+
+# the replayers of kvreach.vllm_harness: one request's lifecycle, a static
+# mask at one horizon, a plan with restarts (replay_lifecycle); a later
+# request's hit, a kept chunk's later lookups, world (b)'s neighbours (replay)
+REPLAY_KINDS = ("lifecycle", "mask", "restarts", "hit-preservation", "no-waste", "neighbours")
+
+
 @dataclass
 class Obligation:
     name: str
@@ -143,6 +162,19 @@ class Obligation:
     # queries read beyond the store rule: its rows are one per group of
     # releases agreeing in them (``kvreach.proofs.matrix``)
     reads: frozenset = frozenset()
+    # its own replay of a decoded counterexample: cex -> the chunks witnessing
+    # the violation, [] if the replay does not confirm it (None: decode's
+    # replay through impl.lifecycle / the later lookup applies)
+    witness: Callable | None = None
+    # its counterexample on vLLM's real scheduler (None: no replay there)
+    vllm_replay: Replay | None = None
+    # a static obligation whose counterexample is a chunk set at one horizon,
+    # drawn by ``kvreach counterexample --plot`` (lifecycle ones of world
+    # "single" always are)
+    chunk_map: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay
 
     @property
     def rests_on_invariant(self) -> bool:

@@ -57,6 +57,7 @@ import z3
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.framework import Ctx, Query
 from kvreach.proofs.keep import one_shot_mask
+from kvreach.proofs.lookup_groups import lookup_groups_of, lookup_parts_of
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.spec.config import _max, _min
 
@@ -208,7 +209,6 @@ def twin(cex: dict, rule: str | None = None):
     from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
-    from kvreach.proofs.decode import lookup_groups_of, lookup_parts_of
 
     g = GroupConfig(**cex["config"]["group"])
     groups = lookup_groups_of(cex["lookup_groups"], g)
@@ -248,7 +248,6 @@ def lost_chunks(cex: dict, dense, swa) -> list[int]:
     that the rule's union lacks; else every unstored chunk the later request
     scans below the dense end (a run broken elsewhere)."""
     from kvreach.params import GroupConfig
-    from kvreach.proofs.decode import lookup_groups_of
 
     g = lookup_groups_of(cex["lookup_groups"], GroupConfig(**cex["config"]["group"]))[-1]
     C, lr = g.chunk_tokens, cex["later_request"]

@@ -243,7 +243,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     cex["geometry"] = geometry.name
                 if store_fn is None:
                     trace = cex.pop("_trace")
-                    cex["replayed_violation"] = decode.violation_in(trace, name, model, cex)
+                    cex["replayed_violation"] = decode.violation_in(trace, name, model, cex, ob.witness)
                 return depth, cex
     return None, None
 
@@ -273,7 +273,7 @@ def _static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) 
     if geometry is not None:
         cex["geometry"] = geometry.name
         cex["replayed_violation"] = decode.violation_in(
-            None, ob.name, model, cex | {"rule": sctx.rule})
+            None, ob.name, model, cex | {"rule": sctx.rule}, ob.witness)
     return cex
 
 

@@ -1,9 +1,13 @@
 """The worked examples and the findings' concrete scenarios, as data.
 
 PR #54362's example (full-attention block 36, SWA block 4, window 16, a
-1200-token prompt, a 1000-token budget) and each finding F1-F10 of
-docs/findings.md with what it must show (:class:`Finding`), its scenario
-stated once as ``kvreach.scenario.Scenario`` values (what ``kvreach simulate`` / ``kvreach lookup`` take): the proof
+1200-token prompt, a 1000-token budget) and every finding of
+docs/findings.md (one record per ``## F<n>.`` section, checked by
+``tests/test_scenarios.py``) with what it must show (:class:`Finding`) and
+how it is reproduced: its scenario stated once as
+``kvreach.scenario.Scenario`` values (what ``kvreach simulate`` / ``kvreach
+lookup`` take), the obligation whose counterexample it is, or its replays on
+a release's own code (:class:`ReleaseReplay`). The proof
 runner pins counterexamples to the example (``decode.pr_example_pins``), the
 lookup geometries decode at their prompts (``proofs/geometries.py``), and
 tests, bench and docs use the same numbers (``tests/test_scenarios.py``
@@ -26,6 +30,47 @@ MEASURED_W17 = replace(PR_54362, window=17, prompt=1188)
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """What a release replay must print on the listed releases (the fields of
+    ``release_replay``'s JSON it is checked by; None: not checked).
+    ``hit_tokens`` / ``loaded_miss``: its one lookup's hit and the chunks
+    (group, chunk) it loaded that the manager answered MISS;
+    ``cpu_manager_load``: the prefix of what the release's own
+    ``CPUOffloadingManager.prepare_load`` did with each load (``"ok"``, an
+    exception's type), ``()`` for no load; ``same_step_error``: the prefix of
+    the error a same-step reload raises and the function it names, ``""`` for
+    none."""
+
+    releases: tuple[str, ...]
+    hit_tokens: int | None = None
+    loaded_miss: tuple[tuple[int, int], ...] | None = None
+    cpu_manager_load: tuple[str, ...] | None = None
+    same_step_error: tuple[str, str] | str | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseReplay:
+    """A finding reproduced on a release's own ``Scheduler``,
+    ``KVCacheManager`` and stock connector: ``python -m
+    kvreach.vllm_harness.release_replay CASE ARGS`` run with that release's
+    python (the offload manager's answers scripted), and what it prints on
+    each release (:class:`Outcome`). ``cex``: the counterexample the case
+    replays, ``kvreach counterexample OBLIGATION --rule RULE [--vllm V]
+    --json`` given as ``--cex FILE``. ``tests/test_release_replays.py``
+    replays every record's cases."""
+
+    case: str
+    outcomes: tuple[Outcome, ...]
+    args: tuple[str, ...] = ()
+    cex: tuple[str, str, str | None] | None = None  # (obligation, rule, vllm)
+
+    def command(self) -> str:
+        cex = " --cex FILE" if self.cex else ""
+        return " ".join(["python -m kvreach.vllm_harness.release_replay", self.case + cex,
+                         *self.args]).strip()
+
+
+@dataclass(frozen=True)
 class Finding:
     """A finding of docs/findings.md as a scenario with its expected outcome
     (etcd-io/raft's ``SplitBrain456.tla`` style: the trace and what it must
@@ -42,7 +87,10 @@ class Finding:
     lookup loads and those the dense lookup loads that the rule did not
     store). A finding without such a scenario has ``command`` None and says
     why in ``no_scenario``. ``found_by``: the obligation whose counterexample
-    it is (``kvreach counterexample OBLIGATION``), or the check that found it."""
+    it is (``kvreach counterexample OBLIGATION``), or the check that found it.
+    ``release_replays``: the finding reproduced on releases' own code
+    (:class:`ReleaseReplay`), where its scenario is not one request that
+    ``simulate`` or ``lookup`` takes."""
 
     finding: str  # its section of docs/findings.md (F1, F2, ...)
     shows: str  # what it must show, in words
@@ -56,6 +104,7 @@ class Finding:
     swa_loaded: tuple[int, ...] | None = None
     missing: tuple[int, ...] | None = None
     no_scenario: str | None = None  # why there is no replayable scenario
+    release_replays: tuple[ReleaseReplay, ...] = ()
 
 
 FINDINGS: tuple[Finding, ...] = (
@@ -114,6 +163,39 @@ FINDINGS: tuple[Finding, ...] = (
             "exactly-once-restarts",
             no_scenario="a restart is a transition of world \"vllm\" (preemption, a resumed "
             "lookup), which simulate's single incarnation does not have"),
+    Finding("F11", "vLLM 0.29.0 and 0.30.0's lookups load chunks the manager answered MISS and "
+            "their own CPUOffloadingManager.prepare_load asserts; 0.31.0 on load only HIT keys",
+            "load-reads-checked",
+            no_scenario="a later request against a store missing chunks the rule would keep: "
+            "the offload manager's answers, not a rule's stores, which simulate and lookup "
+            "compute",
+            release_replays=(
+                ReleaseReplay("unchecked-load-029", (
+                    Outcome(("0.29.0",), hit_tokens=22, loaded_miss=((1, 3),),
+                            cpu_manager_load=("AssertionError: Block ",)),
+                    Outcome(("0.30.0", "0.33.0"), hit_tokens=12, loaded_miss=(),
+                            cpu_manager_load=("ok",)))),
+                ReleaseReplay("unchecked-load-030", (
+                    Outcome(("0.29.0", "0.30.0"), hit_tokens=6, loaded_miss=((0, 0),),
+                            cpu_manager_load=("AssertionError: ",)),
+                    Outcome(("0.33.0",), hit_tokens=0, loaded_miss=(), cpu_manager_load=()))),
+            )),
+    Finding("F12", "vLLM 0.29.0 .. 0.32.0's build_connector_meta asserts when a request a cache "
+            "reset preempted reloads from the offload tier in the next step; 0.33.0 runs it",
+            "replaying exactly-once-restarts' counterexamples on the releases' own code",
+            no_scenario="a cache reset's preemption and a loaded start in the next step are "
+            "transitions of world \"vllm\" and the connector's transfer-job bookkeeping, "
+            "which simulate's single incarnation does not have",
+            release_replays=(
+                ReleaseReplay("exactly-once-restarts", (
+                    Outcome(("0.29.0",), same_step_error=("AssertionError", "build_connector_meta")),
+                ), args=("--same-step",), cex=("exactly-once-restarts", "vllm-0.29", None)),
+                ReleaseReplay("exactly-once-restarts", (
+                    Outcome(("0.30.0", "0.32.0"),
+                            same_step_error=("AssertionError", "build_connector_meta")),
+                    Outcome(("0.33.0",), same_step_error=""),
+                ), args=("--same-step",), cex=("exactly-once-restarts", "vllm-0.33", "0.30.0")),
+            )),
 )
 
 

@@ -337,3 +337,46 @@ def test_exactly_once_restarts_of_0_30_0_submits_twice_through_a_loaded_start(py
         assert "build_connector_meta" in same["same_step_error"]
     new = replay(python("0.33.0"), "exactly-once-restarts", "--cex", str(f), "--same-step")
     assert "same_step_error" not in new and _restart_figures(new) == (972, [248, 249])
+
+
+def _cases():
+    from kvreach.proofs.scenarios import FINDINGS
+    for f in FINDINGS:
+        for r in f.release_replays:
+            for o in r.outcomes:
+                for v in o.releases:
+                    yield pytest.param(f.finding, r, o, v, id=f"{f.finding}-{r.case}-{v}")
+
+
+@pytest.mark.parametrize("finding,r,o,version", list(_cases()))
+def test_finding_record_replays_on_the_release(python, tmp_path, finding, r, o, version):
+    """Every finding record's release replay (proofs/scenarios.py), on each
+    release its outcome names, prints that outcome."""
+    args = list(r.args)
+    if r.cex:
+        obligation, rule, vllm = r.cex
+        if vllm is None:
+            doc = counterexample(obligation, rule)
+            f = tmp_path / "cex.json"
+            f.write_text(json.dumps(doc))
+        else:
+            _, f = counterexample_at(obligation, rule, vllm, tmp_path)
+        args = ["--cex", str(f), *args]
+    out = replay(python(version), r.case, *args)
+    assert out["vllm"] == version, (finding, out)
+    if o.hit_tokens is not None or o.loaded_miss is not None:
+        lookup = only_lookup(out)
+        if o.hit_tokens is not None:
+            assert lookup["hit_tokens"] == o.hit_tokens, (finding, out)
+        if o.loaded_miss is not None:
+            assert [tuple(p) for p in lookup["loaded_miss"]] == list(o.loaded_miss), (finding, out)
+    if o.cpu_manager_load is not None:
+        got = out["cpu_manager_load"]
+        assert len(got) == len(o.cpu_manager_load), (finding, out)
+        assert all(g.startswith(w) for g, w in zip(got, o.cpu_manager_load)), (finding, out)
+    if o.same_step_error == "":
+        assert "same_step_error" not in out, (finding, out)
+    elif o.same_step_error is not None:
+        prefix, where = o.same_step_error
+        assert out["same_step_error"].startswith(prefix) and where in out["same_step_error"], (
+            finding, out)

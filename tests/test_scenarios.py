@@ -49,6 +49,44 @@ def test_findings_md_runs_the_scenario(f):
         want, _commands(f.finding))
 
 
+def finding_headings(text: str) -> list[str]:
+    """The findings docs/findings.md states: its ``## F<n>. ...`` sections."""
+    return re.findall(r"^## (F\d+)\. ", text, re.M)
+
+
+def test_every_finding_of_the_docs_is_a_record_and_every_record_a_finding():
+    docs = finding_headings(FINDINGS_MD.read_text(encoding="utf-8"))
+    records = [f.finding for f in scenarios.FINDINGS]
+    assert len(set(records)) == len(records), records
+    assert docs == records, (f"sections without a record: {sorted(set(docs) - set(records))}; "
+                             f"records without a section: {sorted(set(records) - set(docs))}")
+
+
+def test_the_heading_check_sees_a_finding_without_a_record():
+    """The check above can fail: a section added to the docs without a record."""
+    text = FINDINGS_MD.read_text(encoding="utf-8") + "\n## F99. A new finding\n"
+    assert finding_headings(text)[-1] == "F99"
+    assert finding_headings(text) != [f.finding for f in scenarios.FINDINGS]
+
+
+@pytest.mark.parametrize("f", [f for f in scenarios.FINDINGS if f.release_replays],
+                         ids=lambda f: f.finding)
+def test_findings_md_runs_the_release_replays(f):
+    """A finding reproduced on releases' own code shows each replay's command
+    (and the counterexample command its ``--cex FILE`` is)."""
+    m = re.search(rf"^## {f.finding}\. .*?(?=^## |\Z)", FINDINGS_MD.read_text(encoding="utf-8"),
+                  re.M | re.S)
+    section = " ".join(m.group(0).split())
+    for r in f.release_replays:
+        assert f.no_scenario and r.outcomes, f
+        assert r.command() in section, (f.finding, r.command())
+        if r.cex:
+            obligation, rule, vllm = r.cex
+            flags = [f"kvreach counterexample {obligation} --rule", f"--rule {rule}"]
+            flags += [f"--vllm {vllm}"] if vllm else []
+            assert all(x in section for x in flags), (f.finding, flags)
+
+
 def test_pr_example_is_the_prs_numbers():
     ex = scenarios.PR_54362
     assert (ex.full_block_size, ex.swa_block_size, ex.window, ex.prompt, ex.budget) == (

@@ -140,8 +140,9 @@ def _replay_vllm(mod, obligation: str, cex: dict, rule: str, model: str) -> tupl
     return got, mod.reproduced(obligation, got)
 
 
-# Static obligations whose counterexample is a chunk set at one horizon.
-MAPPABLE_STATIC = ("mask-equivalence",)
+# Static obligations whose counterexample is a chunk set at one horizon
+# (``Obligation.chunk_map``).
+MAPPABLE_STATIC = tuple(name for name, ob in OBLIGATIONS.items() if ob.chunk_map)
 
 
 def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,

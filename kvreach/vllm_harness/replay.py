@@ -27,6 +27,7 @@ from unittest import mock
 
 from vllm.v1.kv_offload.base import LookupResult
 
+from kvreach.proofs.obligations import ALL
 from kvreach.vllm_harness.lookups import (
     LookupRecorder,
     check,
@@ -338,15 +339,16 @@ def _lifecycle(obligation: str):
     return replay_row
 
 
-REPLAYS = {
-    "hit-preservation": replay_hit_preservation,
-    "hit-preservation-read-window": replay_hit_preservation,
-    "hit-preservation-neighbours": replay_neighbours,
-    "no-waste": replay_no_waste,
-    "no-waste-read-window": replay_no_waste,
-    **{o: _lifecycle(o) for o in ("soundness", "completeness", "computed-before-stored",
-                                  "mask-equivalence", "exactly-once-restarts")},
+# the replayer of each kind of ``Obligation.vllm_replay`` (proofs.framework.REPLAY_KINDS)
+_REPLAYERS = {
+    "hit-preservation": lambda name: replay_hit_preservation,
+    "no-waste": lambda name: replay_no_waste,
+    "neighbours": lambda name: replay_neighbours,
+    "lifecycle": _lifecycle, "mask": _lifecycle, "restarts": _lifecycle,
 }
+# obligation -> its replayer, from the obligations' records
+REPLAYS = {ob.name: _REPLAYERS[ob.vllm_replay.kind](ob.name) for ob in ALL
+           if ob.vllm_replay is not None}
 
 
 def reproduced(obligation: str, result: dict) -> bool:

@@ -44,16 +44,23 @@ from kvreach.impl.lifecycle import Lifecycle, build_store_jobs, run as kvreach_r
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import finish_tokens, store_step
 from kvreach.params import GroupConfig, RequestConfig
+from kvreach.proofs.obligations import ALL
 from kvreach.vllm_harness.lookups import LookupRecorder, later_tokens, lookups_by_length
 from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, drive, full, swa
 
 STORED = "stored"  # the counterexample's request
-# the key of each obligation's witness in both halves of replay_lifecycle's result
-WITNESS = {"soundness": "violating", "completeness": "missing",
-           "computed-before-stored": "uncomputed", "mask-equivalence": "mask_violation",
-           "exactly-once-restarts": "offered_again"}
-LIFECYCLE_OBLIGATIONS = ("soundness", "completeness", "computed-before-stored")
-STATIC_OBLIGATIONS = ("mask-equivalence",)
+# read from the obligations' records (``Obligation.vllm_replay``): the key of
+# each obligation's witness in both halves of replay_lifecycle's result, and
+# the obligations replayed as one request's lifecycle, as a mask at one
+# horizon, as a plan with restarts
+WITNESS = {ob.name: ob.vllm_replay.witness for ob in ALL
+           if ob.vllm_replay is not None and ob.vllm_replay.witness is not None}
+LIFECYCLE_OBLIGATIONS = tuple(ob.name for ob in ALL if ob.vllm_replay is not None
+                              and ob.vllm_replay.kind == "lifecycle")
+STATIC_OBLIGATIONS = tuple(ob.name for ob in ALL if ob.vllm_replay is not None
+                           and ob.vllm_replay.kind == "mask")
+RESTART_OBLIGATIONS = tuple(ob.name for ob in ALL if ob.vllm_replay is not None
+                            and ob.vllm_replay.kind == "restarts")
 
 
 def unreplayable(obligation: str, rule: str, reason: str) -> ValueError:
@@ -284,7 +291,7 @@ def replay_lifecycle(model_dir: str, obligation: str, cex: dict, rule: str,
     {...}, "kvreach": {...}}`` with the same keys. ``load_model``: the
     row's (a static counterexample does not name it; default
     ``cex["load_model"]``)."""
-    if obligation == "exactly-once-restarts":
+    if obligation in RESTART_OBLIGATIONS:
         return replay_restarts(model_dir, obligation, cex, rule)
     if cex.get("world", "single") != "single":
         raise unreplayable(obligation, rule, (

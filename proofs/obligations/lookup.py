@@ -24,7 +24,7 @@ from kvreach.proofs.config import (
     SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
 from kvreach.proofs.flatten import flat_query
-from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query
+from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
 from kvreach.proofs.geometries import Geometry
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
@@ -340,6 +340,7 @@ HIT_PRESERVATION = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
+    vllm_replay=Replay("hit-preservation"),
 )
 NO_WASTE = Obligation(
     "no-waste",
@@ -352,6 +353,7 @@ NO_WASTE = Obligation(
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
+    vllm_replay=Replay("no-waste"),
 )
 LOOKUP_PREFIX_SCAN = Obligation(
     "lookup-prefix-scan",
@@ -386,6 +388,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
+    vllm_replay=Replay("hit-preservation"),
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
@@ -407,6 +410,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
+    vllm_replay=Replay("no-waste"),
 )
 
 
@@ -610,6 +614,6 @@ LOAD_READS_CHECKED = Obligation(
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
     queries=_load_reads_checked, rule_specific=False, model_specific=False,
     grid=_GRID_LOAD, split=False, replayable=_plain_later_request,
-    bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
+    witness=replay_load_reads_checked, bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
     reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()
 )

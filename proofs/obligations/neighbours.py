@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kvreach.proofs import mutants, neighbours
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS, SCOPE_FULL_NOT_EAGLE
-from kvreach.proofs.framework import Obligation
+from kvreach.proofs.framework import Obligation, Replay
 from kvreach.proofs.matrix import LOOKUP_PARTS
 
 _GRID = neighbours._geometries()
@@ -34,6 +34,7 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     "offload).",
     "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours._queries,
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
-    split=False, replayable=neighbours.replayable,
+    split=False, replayable=neighbours.replayable, witness=neighbours.replay,
     bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS,
+    vllm_replay=Replay("neighbours"),
 )

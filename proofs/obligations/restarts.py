@@ -26,7 +26,7 @@ import z3
 from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import SCOPE_WORLD_VLLM
-from kvreach.proofs.framework import Ctx, Obligation
+from kvreach.proofs.framework import Ctx, Obligation, Replay
 from kvreach.proofs.matrix import WORLD_VLLM_PARTS
 from kvreach.proofs.obligations.store import (  # the world-single forms, restated over world "vllm"
     _computed_bmc, _computed_step, _once_bmc, _once_step,
@@ -165,6 +165,7 @@ EXACTLY_ONCE_RESTARTS = world_vllm(
     step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
     bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
     named_shapes=_replayed_shapes,
+    vllm_replay=Replay("restarts", "offered_again"),
 )
 COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
     "computed-before-stored-restarts",

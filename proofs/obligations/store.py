@@ -20,7 +20,7 @@ import z3
 from kvreach.proofs import mutants
 from kvreach.proofs.config import SCOPE_STATIC, SCOPE_SYMBOLIC
 from kvreach.proofs.flatten import flat_query
-from kvreach.proofs.framework import Ctx, Obligation, Query, Role
+from kvreach.proofs.framework import Ctx, Obligation, Query, Replay, Role
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.spec import load, mask
 from kvreach.spec.lifecycle import invariant
@@ -172,6 +172,7 @@ SOUNDNESS = Obligation(
     "lifecycle", mutant=mutants.PREFIX_HORIZON, scope=SCOPE_SYMBOLIC,
     step_violation=_sound_step, bmc_violation=_sound_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
+    vllm_replay=Replay("lifecycle", "violating"),
 )
 COMPLETENESS = Obligation(
     "completeness",
@@ -181,6 +182,7 @@ COMPLETENESS = Obligation(
     "lifecycle", mutant=mutants.NO_FINAL_TAIL, scope=SCOPE_SYMBOLIC,
     step_violation=_complete_step, bmc_violation=_complete_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
+    vllm_replay=Replay("lifecycle", "missing"),
 )
 EXACTLY_ONCE = Obligation(
     "exactly-once",
@@ -194,6 +196,7 @@ COMPUTED_BEFORE_STORED = Obligation(
     "((c + 1) * chunk_tokens <= num_computed_tokens).",
     "lifecycle", mutant=mutants.STORE_AHEAD, scope=SCOPE_SYMBOLIC,
     step_violation=_computed_step, bmc_violation=_computed_bmc, model_specific=False,
+    vllm_replay=Replay("lifecycle", "uncomputed"),
 )
 MASK_EQUIVALENCE = Obligation(
     "mask-equivalence",
@@ -202,6 +205,7 @@ MASK_EQUIVALENCE = Obligation(
     "boundary's need-window.",
     "static", mutant=mutants.NEED_CEIL_W, scope=SCOPE_STATIC, queries=_mask_eq,
     rules=("vllm-0.29", "vllm-0.33"), replayable=_real_alignment,
+    vllm_replay=Replay("mask", "mask_violation"), chunk_map=True,
 )
 INVARIANT = Obligation(
     "invariant",

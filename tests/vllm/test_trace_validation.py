@@ -9,6 +9,12 @@ offload manager (:class:`TierManager`) that stores keys, answers lookups from
 them (so a request can hit its own or another request's earlier stores),
 de-duplicates, sometimes drops keys or refuses, sometimes defers a lookup.
 
+The recording and the trace format (one JSON line per step) are
+:mod:`kvreach.vllm_harness.trace_record`, the validator
+:mod:`kvreach.vllm_harness.trace` (``python -m kvreach.vllm_harness.trace
+validate FILE``, which a maintainer runs on a recorded trace); this test
+records a trace to a file and validates the file.
+
 Every step of every request is recorded per SWA group as (kind, pre-state
 (f, cursor), step size, post-state, chunks offered to ``prepare_store``,
 chunks it accepted, the manager's outcome, chunks with a null block), from
@@ -28,449 +34,41 @@ lifecycles and 100,000 steps; its figures go in docs/conformance.md.
 
 from __future__ import annotations
 
-import collections
 import os
-import random
-from dataclasses import dataclass, field
 
 import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[vllm])")
 
-from kvreach.vllm_harness.runner import (  # noqa: E402
-    SchedulerRun, Setup, STOCK, _KeysSpec, full, prompt_token_ids, swa,
-)
-from vllm.v1.kv_offload.base import (  # noqa: E402
-    LookupResult, OffloadPolicy, PrepareStoreOutput, RequestOffloadingContext,
-)
-from vllm.v1.request import RequestStatus  # noqa: E402
-
-from kvreach.params import RequestConfig  # noqa: E402
 from kvreach.spec import lifecycle as lc  # noqa: E402
-from kvreach.spec.evaluate import StepChecker  # noqa: E402
+from kvreach.vllm_harness import trace  # noqa: E402
+from kvreach.vllm_harness.trace_record import record  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-RULE = "vllm-0.33"
-CHECK_RL = 20_000_000  # Z3 resource units per check (never wall time)
 
-
-# ---------------------------------------------------------------------------
-# the offload tier: stores keys, answers lookups, de-duplicates, refuses
-# ---------------------------------------------------------------------------
-
-
-class TierManager:
-    """Behaviour of the harness's mock manager, seeded."""
-
-    def __init__(self, rng: random.Random, p_refuse=0.05, p_drop=0.05, p_retry=0.05):
-        self.rng, self.stored = rng, set()
-        self.p_refuse, self.p_drop, self.p_retry = p_refuse, p_drop, p_retry
-        self.last_store = None  # (keys offered, output) of the last prepare_store
-
-    def install(self, m) -> None:
-        m.lookup.side_effect = self.lookup
-        m.prepare_store.side_effect = self.prepare_store
-        m.on_new_request.side_effect = lambda ctx: RequestOffloadingContext(
-            policy=self.rng.choice([OffloadPolicy.CHUNK_LEVEL, OffloadPolicy.REQUEST_LEVEL]))
-        m.prepare_load.side_effect = lambda keys, req_context: _KeysSpec(keys)
-
-    def lookup(self, key, req_context):
-        if self.rng.random() < self.p_retry:
-            return LookupResult.RETRY
-        return LookupResult.HIT if key in self.stored else LookupResult.MISS
-
-    def prepare_store(self, keys, req_context):
-        keys = list(keys)
-        if self.rng.random() < self.p_refuse:
-            out = None
-        else:
-            fresh = [k for k in keys if k not in self.stored]  # de-duplication
-            take = [k for k in fresh if self.rng.random() >= self.p_drop]
-            self.stored.update(take)
-            out = PrepareStoreOutput(keys_to_store=take, store_spec=_KeysSpec(take),
-                                     evicted_keys=[])
-        self.last_store = (keys, out)
-        return out
-
-
-# ---------------------------------------------------------------------------
-# recording
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class Step:
-    kind: str
-    sched: int
-    pre: tuple[int, int]  # (f, cursor)
-    post: tuple[int, int]
-    outcome: int = lc.O_ACCEPT
-    offered: frozenset = frozenset()
-    accepted: frozenset = frozenset()
-    null: frozenset = frozenset()  # chunks with a null block id
-    note: str = ""
-    shared_prefix_boundary: int = 0  # Request.shared_prefix_boundary at a store step
-    allocated_chunks: int | None = None  # min(allocated, keyed) chunks at a store step
-
-
-@dataclass
-class ReqTrace:
-    req_id: str
-    prompt: int
-    groups: dict[int, list[Step]] = field(default_factory=dict)
-
-
-class Recorder:
-    def __init__(self, run: SchedulerRun, tier: TierManager):
-        self.run, self.tier = run, tier
-        self.off = run.offload
-        self.traces: dict[str, ReqTrace] = {}
-        self.swa = run.setup.swa_groups()
-        self.cfg = {gi: i for i, gc in enumerate(self.off.config.kv_group_configs)
-                    for gi in [gc.group_idx]}
-        self.in_store = False
-        self._wrap()
-
-    def _cursor(self, st, gi):
-        return st.group_states[self.cfg[gi]].next_stored_chunk_idx
-
-    def _emit(self, req_id, gi, step):
-        self.traces[req_id].groups.setdefault(gi, []).append(step)
-
-    def _wrap(self):
-        off, sched = self.off, self.run.scheduler
-        real_preempt = sched._preempt_request
-        real_lookup = off.get_num_new_matched_tokens
-        real_alloc = off.update_state_after_alloc
-        real_store = off._build_store_jobs
-        rec = self
-
-        def preempt(request, *a, **k):
-            st = off._req_status.get(request.request_id)
-            f0 = request.num_computed_tokens
-            pre = {gi: rec._cursor(st, gi) for gi in rec.swa}
-            out = real_preempt(request, *a, **k)
-            for gi in rec.swa:
-                rec._emit(request.request_id, gi, Step(
-                    "preempt", 0, (f0, pre[gi]), (request.num_computed_tokens, rec._cursor(st, gi))))
-            return out
-
-        def lookup(request, num_computed_tokens, *a, **k):
-            rid = request.request_id
-            rec.traces.setdefault(rid, ReqTrace(rid, request.num_prompt_tokens))
-            st = off._req_status[rid]
-            f0 = request.num_computed_tokens
-            pre = {gi: rec._cursor(st, gi) for gi in rec.swa}
-            out = real_lookup(request, num_computed_tokens, *a, **k)
-            note = "deferred" if out[0] is None else f"local={num_computed_tokens} ext={out[0]}"
-            for gi in rec.swa:
-                rec._emit(rid, gi, Step("lookup", 0, (f0, pre[gi]),
-                                        (request.num_computed_tokens, rec._cursor(st, gi)), note=note))
-            return out
-
-        def alloc(request, blocks, num_external_tokens):
-            rid = request.request_id
-            st = off._req_status[rid]
-            last = rec.traces[rid].groups.get(rec.swa[0], [None])[-1] if rid in rec.traces else None
-            if num_external_tokens == 0 and (last is None or last.kind != "lookup"):
-                # a later call with no external tokens (e.g. the request re-admitted
-                # after its async load): vLLM returns before touching the state
-                return real_alloc(request, blocks, num_external_tokens)
-            pre = {gi: rec._cursor(st, gi) for gi in rec.swa}
-            out = real_alloc(request, blocks, num_external_tokens)
-            h = st.num_locally_computed_tokens + num_external_tokens
-            loaded = (num_external_tokens > 0
-                      and st.offloading_context.policy == OffloadPolicy.CHUNK_LEVEL)
-            kind = "loaded" if loaded else "start"
-            note = (f"local={st.num_locally_computed_tokens} ext={num_external_tokens} "
-                    f"policy={st.offloading_context.policy.name}")
-            for gi in rec.swa:
-                rec._emit(rid, gi, Step(kind, h, (request.num_computed_tokens, pre[gi]),
-                                        (h, rec._cursor(st, gi)), note=note))
-            return out
-
-        def build_store_jobs(scheduler_output):
-            pre = {}
-            for rid in [*scheduler_output.num_scheduled_tokens,
-                        *(scheduler_output.finished_req_ids or ())]:
-                st = off._req_status.get(rid)
-                if st is None or rid in pre:
-                    continue
-                req = st.req
-                pre[rid] = (st, req.num_computed_tokens,
-                            scheduler_output.num_scheduled_tokens.get(rid, 0),
-                            {gi: rec._cursor(st, gi) for gi in rec.swa},
-                            {gi: (list(st.group_states[rec.cfg[gi]].block_ids),
-                                  len(st.group_states[rec.cfg[gi]].offload_keys)) for gi in rec.swa},
-                            req.status, req.is_finished(), req.num_tokens)
-            calls: dict[str, tuple] = {}
-            real_ps = off.manager.prepare_store.side_effect
-
-            def ps(keys, req_context):
-                out = real_ps(keys, req_context)
-                calls[req_context.req_id] = (list(keys), out)
-                return out
-
-            off.manager.prepare_store.side_effect = ps
-            try:
-                jobs = real_store(scheduler_output)
-            finally:
-                off.manager.prepare_store.side_effect = real_ps
-            for rid, (st, f, s, cur, ids, status, fin, ntok) in pre.items():
-                P = st.req.num_prompt_tokens
-                if status == RequestStatus.FINISHED_ABORTED:
-                    kind, s = "abort", 0
-                elif fin:
-                    kind, s = "finish", 0
-                elif f + s <= P:
-                    kind = "prefill"
-                elif s == 1 and f >= P and ntok == f + 1:
-                    kind = "decode"
-                elif s == 1 and f >= P and ntok == f:
-                    kind = "decode-async"  # the sampled token not appended yet (F9)
-                else:
-                    kind = "recompute"
-                keys, out = calls.get(rid, ([], "none"))
-                if out == "none":
-                    outcome = lc.O_ACCEPT
-                elif out is None:
-                    outcome = lc.O_REFUSED
-                elif set(out.keys_to_store) == set(keys):
-                    outcome = lc.O_ACCEPT
-                else:
-                    outcome = lc.O_PARTIAL
-                acc = set(out.keys_to_store) if out not in (None, "none") else set()
-                for gi in rec.swa:
-                    gs = st.group_states[rec.cfg[gi]]
-                    where = {k: c for c, k in enumerate(gs.offload_keys)}
-                    offered = frozenset(where[k] for k in keys if k in where)
-                    accepted = frozenset(where[k] for k in acc if k in where)
-                    bpc = off.config.blocks_per_chunk
-                    b, n_keys = ids[gi]
-                    null = frozenset(c for c in range(len(b) // bpc)
-                                     if any(x == 0 for x in b[c * bpc:(c + 1) * bpc]))
-                    post_f = f if kind in ("abort", "finish") else f + s
-                    rec.traces.setdefault(rid, ReqTrace(rid, P))
-                    rec._emit(rid, gi, Step(kind, s, (f, cur[gi]), (post_f, rec._cursor(st, gi)),
-                                            outcome, offered, accepted, null,
-                                            note=f"num_tokens={ntok} shared_prefix_boundary="
-                                                 f"{st.req.shared_prefix_boundary or 0}",
-                                            shared_prefix_boundary=st.req.shared_prefix_boundary or 0,
-                                            allocated_chunks=min(len(b) // bpc, n_keys)))
-            return jobs
-
-        sched._preempt_request = preempt
-        off.get_num_new_matched_tokens = lookup
-        off.update_state_after_alloc = alloc
-        off._build_store_jobs = build_store_jobs
-
-
-# ---------------------------------------------------------------------------
-# checking against the spec
-# ---------------------------------------------------------------------------
-
-
-class SpecChecker:
-    """One SWA group's configuration, the transition relation built once
-    (``kvreach.spec.evaluate.StepChecker``)."""
-
-    def __init__(self, g, req: RequestConfig, budget: int):
-        self.step = StepChecker(g, req, RULE, budget, CHECK_RL)
-
-    def explain(self, st: Step) -> str | None:
-        """None when the step is a transition of the spec, else why not."""
-        return self.step.explain(st.kind, st.sched, st.outcome, st.pre, st.post, st.offered,
-                                 st.accepted, st.null, st.shared_prefix_boundary,
-                                 st.allocated_chunks)
-
-
-# ---------------------------------------------------------------------------
-# workloads
-# ---------------------------------------------------------------------------
-
-
-def random_setup(rng: random.Random) -> Setup:
-    """A random setup inside the spec's scope (alignment_tokens % B == 0)."""
-    while True:
-        setup = _random_setup(rng)
-        if all(setup.kvreach_group(gi).alignment_tokens is None
-               or setup.kvreach_group(gi).representable for gi in setup.swa_groups()):
-            return setup
-
-
-def _random_setup(rng: random.Random) -> Setup:
-    fa = rng.choice([8, 12, 16])
-    sb = rng.choice([4, 8])
-    window = rng.randint(4, 48)
-    groups = [full(fa), swa(sb, window)]
-    if rng.random() < 0.3:
-        groups.append(swa(sb, window, eagle=True))
-    bpc = rng.choice([1, 1, 2])
-    import math
-    retention = rng.choice([None, None, None, 0, 1])
-    if retention:
-        retention *= math.lcm(sb * bpc, fa * bpc)
-    return Setup(tuple(groups), budget=rng.choice([32, 64, 96, 128, 256]),
-                 blocks_per_chunk=bpc, async_scheduling=rng.random() < 0.4,
-                 retention_interval=retention, offload_prompt_only=rng.random() < 0.6,
-                 num_gpu_blocks=rng.choice([48, 64, 96]), max_num_seqs=8,
-                 max_model_len=4096)
-
-
-@dataclass
-class Totals:
-    lifecycles: int = 0
-    steps: int = 0
-    checks: int = 0
-    kinds: collections.Counter = field(default_factory=collections.Counter)
-    sub: collections.Counter = field(default_factory=collections.Counter)
-    failures: list = field(default_factory=list)
-
-
-def run_one(model_dir: str, seed: int, totals: Totals, n_requests: int = 30) -> None:
-    rng = random.Random(seed)
-    setup = random_setup(rng)
-    run = SchedulerRun(setup, STOCK, model_dir, record=False)
-    tier = TierManager(rng)
-    tier.install(run.manager)
-    rec = Recorder(run, tier)
-    pending = [(f"r{seed}-{i}", rng.randint(1, 160), rng.choice([0, 2, 20, 60, 120]),
-                rng.randint(0, 4)) for i in range(n_requests)]
-    aborts: dict[str, int] = {}
-    for step in range(5000):
-        while pending and rng.random() < 0.5:
-            rid, P, dec, pseed = pending.pop()
-            toks = prompt_token_ids(P, pseed)
-            run.add_request(rid, P, max_tokens=dec + 1, token_ids=toks)
-            if rng.random() < 0.3:
-                aborts[rid] = step + rng.randint(0, 12)
-        for rid, at in list(aborts.items()):
-            if at <= step:
-                del aborts[rid]
-                if rid in run.scheduler.requests:
-                    run.abort(rid)
-        if not pending and not run.busy():
-            break
-        if run.busy():
-            run.step()
-        elif not pending:
-            run.flush()
-    run.flush()
-    # check every request's trace, per SWA group
-    for rid, t in rec.traces.items():
-        totals.lifecycles += 1
-        req = RequestConfig(t.prompt, None, setup.offload_prompt_only)
-        for gi, steps in t.groups.items():
-            checker = _checker(setup, gi, req)
-            _count_reoffers(totals, steps)
-            prev = None
-            for i, st in enumerate(steps):
-                totals.steps += 1
-                totals.kinds[st.kind] += 1
-                _subkind(totals, st)
-                why = None
-                if prev is not None and prev.post != st.pre:
-                    why = f"does not chain: previous post {prev.post} != pre {st.pre}"
-                elif prev is None and st.pre != (0, 0):
-                    why = f"first step not from the initial state: {st.pre}"
-                else:
-                    why = _cached(checker, st, totals)
-                if why:
-                    totals.failures.append(_describe(seed, setup, rid, gi, steps, i, why))
-                prev = st
-
-
-def _count_reoffers(totals, steps) -> None:
-    """F10 on the real scheduler: a chunk the manager accepted in one
-    incarnation (between two lookups) offered again in a later one."""
-    accepted_before: set = set()
-    this: set = set()
-    for st in steps:
-        if st.kind == "lookup":
-            accepted_before |= this
-            this = set()
-        again = st.offered & accepted_before
-        if again:
-            totals.sub["store steps re-offering chunks accepted in an earlier incarnation (F10)"] += 1
-        this |= st.accepted
-
-
-_CHECKERS: dict = {}
-_RESULTS: dict = {}
-
-
-def _checker(setup, gi, req):
-    key = (setup.kvreach_group(gi), req, setup.budget)
-    if key not in _CHECKERS:
-        _CHECKERS[key] = SpecChecker(setup.kvreach_group(gi), req, setup.budget)
-    return _CHECKERS[key]
-
-
-def _cached(checker, st, totals):
-    key = (id(checker), st.kind, st.sched, st.pre, st.post, st.outcome, st.offered,
-           st.accepted, st.null, st.shared_prefix_boundary, st.allocated_chunks)
-    if key not in _RESULTS:
-        totals.checks += 1
-        _RESULTS[key] = checker.explain(st)
-    return _RESULTS[key]
-
-
-def _subkind(totals, st):
-    if st.kind == "lookup":
-        totals.sub["lookup deferred" if st.note == "deferred" else "lookup answered"] += 1
-    if st.kind in ("start", "loaded"):
-        local, ext = (int(x.split("=")[1]) for x in st.note.split()[:2])
-        what = "zero hit" if local + ext == 0 else ("offload hit" if ext else "GPU-local hit")
-        totals.sub[f"{st.kind}: {what} ({st.note.split()[-1]})"] += 1
-    if st.kind not in ("preempt", "lookup", "start", "loaded"):
-        totals.sub[f"store outcome {lc.OUTCOMES[st.outcome]}"] += 1
-        if any(c >= st.pre[1] for c in st.null):
-            totals.sub["store with null blocks"] += 1
-        if st.shared_prefix_boundary:
-            totals.sub["store with a shared_prefix_boundary"] += 1
-
-
-def _describe(seed, setup, rid, gi, steps, i, why):
-    lines = [f"seed {seed}, request {rid}, group {gi} ({setup.kvreach_group(gi)}), "
-             f"budget {setup.budget}, async {setup.async_scheduling}: step {i}: {why}"]
-    for j, st in enumerate(steps[max(0, i - 6): i + 1], max(0, i - 6)):
-        lines.append(f"  {'>' if j == i else ' '} {j}: {st.kind} sched={st.sched} {st.pre}->{st.post} "
-                     f"outcome={lc.OUTCOMES[st.outcome]} offered={sorted(st.offered)} "
-                     f"accepted={sorted(st.accepted)} null<{len(st.null)}> {st.note}")
-    return "\n".join(lines)
-
-
-def report(totals: Totals) -> str:
-    out = [f"lifecycles {totals.lifecycles}, steps {totals.steps} (per SWA group), "
-           f"distinct Z3-checked steps {totals.checks}, failures {len(totals.failures)}"]
-    out += [f"  {k}: {totals.kinds[k]}" for k in lc.KINDS]
-    out += [f"    {k}: {v}" for k, v in sorted(totals.sub.items())]
-    return "\n".join(out)
-
-
-def _validate(model_dir, seeds):
-    totals = Totals()
-    for seed in seeds:
-        run_one(model_dir, seed, totals)
-    print(report(totals))
-    assert not totals.failures, "\n\n".join(totals.failures[:8]) + "\n\n" + report(totals)
-    assert totals.sub["store steps re-offering chunks accepted in an earlier incarnation (F10)"], \
-        report(totals)
+def _validate(model_dir, seeds, tmp_path):
+    recorded = tmp_path / "trace.jsonl"
+    trace.write(recorded, record(model_dir, seeds))
+    totals = trace.validate(recorded)
+    report = trace.report(totals)
+    print(report)
+    assert not totals.failures, "\n\n".join(totals.failures[:8]) + "\n\n" + report
+    assert totals.sub[trace.REOFFERED], report
     missing = [k for k in lc.KINDS if totals.kinds[k] == 0]
-    assert not missing, f"transition kinds never seen: {missing}\n{report(totals)}"
+    assert not missing, f"transition kinds never seen: {missing}\n{report}"
     return totals
 
 
 RUNS = int(os.environ.get("KVREACH_TRACE_RUNS", "6"))
 
 
-def test_trace_validation(offline_model_dir):
-    _validate(offline_model_dir, range(RUNS))
+def test_trace_validation(offline_model_dir, tmp_path):
+    _validate(offline_model_dir, range(RUNS), tmp_path)
 
 
 @pytest.mark.slow
-def test_trace_validation_slow(offline_model_dir):
+def test_trace_validation_slow(offline_model_dir, tmp_path):
     n = int(os.environ.get("KVREACH_TRACE_SLOW_RUNS", "40"))
-    totals = _validate(offline_model_dir, range(1000, 1000 + n))
-    assert totals.lifecycles >= 1000 and totals.steps >= 100_000, report(totals)
+    totals = _validate(offline_model_dir, range(1000, 1000 + n), tmp_path)
+    assert totals.lifecycles >= 1000 and totals.steps >= 100_000, trace.report(totals)

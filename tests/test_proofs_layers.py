@@ -1,0 +1,120 @@
+"""proofs/ is layered one way: read from the source (``ast``, imports inside
+functions included), every import of one ``kvreach.proofs`` module by
+another goes to a lower layer of :data:`LAYERS` (so there is no cycle), and
+no module of proofs/ imports the layers above it (the CLI, the harness, the
+report's plots and diagram). A module added to proofs/ must be given its
+layer here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROOFS = ROOT / "proofs"
+P = "kvreach.proofs."
+
+# lowest first; a module imports only modules of lower layers
+LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x) for x in (
+    # data and records: run files, result cache, budgets and bounds, the
+    # obligation record, the release matrix, the findings
+    {"results", "cache", "config", "framework", "matrix", "scenarios"},
+    # helpers of queries and counterexamples
+    {"flatten", "keep", "mutants", "geometries", "lookup_groups"},
+    # induction queries, world (b), decoding, the store obligations
+    {"induction", "neighbours", "decode", "obligations.store"},
+    {"obligations.lookup", "obligations.neighbours", "obligations.restarts"},
+    {"obligations"},  # ALL, OBLIGATIONS, run_order
+    {"solve", "versions"},
+    {"runner"},
+    {"pool", "counterexample", "catalog"},
+))
+ABOVE = ("kvreach.cli", "kvreach.vllm_harness", "kvreach.plot", "kvreach.diagram")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PROOFS).with_suffix("").parts
+    return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+
+
+def _target(module: str, name: str, known: set[str]) -> str:
+    """``from kvreach.proofs.X import Y``: module X.Y if it is one, else X."""
+    sub = module[len(P):] if module.startswith(P) else ""
+    cand = f"{sub}.{name}" if sub else name
+    return cand if cand in known else sub
+
+
+def imports() -> dict[str, set[str]]:
+    """module (relative to kvreach.proofs, "" for the package) -> every
+    kvreach module it imports (proofs modules relative, others absolute)."""
+    files = {module_name(p): p for p in sorted(PROOFS.rglob("*.py"))}
+    known = set(files)
+    out: dict[str, set[str]] = {}
+    for name, path in files.items():
+        deps: set[str] = set()
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                if n.module == "kvreach.proofs" or n.module.startswith(P):
+                    deps |= {_target(n.module, a.name, known) for a in n.names}
+                elif n.module.startswith("kvreach."):
+                    deps.add(n.module)
+            elif isinstance(n, ast.Import):
+                for a in n.names:
+                    if a.name.startswith(P):
+                        deps.add(a.name[len(P):])
+                    elif a.name.startswith("kvreach."):
+                        deps.add(a.name)
+        out[name] = deps - {name, ""}
+    return out
+
+
+def layering_errors(graph: dict[str, set[str]]) -> list[str]:
+    layer = {m: i for i, ms in enumerate(LAYERS) for m in ms}
+    errors = [f"{m}: not in a layer of LAYERS" for m in graph if m and m not in layer]
+    for m, deps in graph.items():
+        for d in deps:
+            if d.startswith(ABOVE):
+                errors.append(f"{m} imports {d}, a layer above proofs/")
+            elif not d.startswith("kvreach.") and m in layer and d in layer and layer[d] >= layer[m]:
+                errors.append(f"{m} (layer {layer[m]}) imports {d} (layer {layer[d]})")
+    return errors
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles among proofs' modules (depth-first search)."""
+    found, state = [], {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = "open"
+        for d in sorted(graph.get(m, ())):
+            if d not in graph:
+                continue
+            if state.get(d) == "open":
+                found.append(path[path.index(d):] + [d])
+            elif d not in state:
+                visit(d, path + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return found
+
+
+def test_proofs_has_no_import_cycle_and_imports_only_downward():
+    graph = imports()
+    assert not cycles(graph), cycles(graph)
+    assert not layering_errors(graph), layering_errors(graph)
+
+
+def test_the_check_sees_an_upward_import_and_a_cycle():
+    """The two imports this layering removed: decode reading
+    obligations.lookup's replay, and decode <-> neighbours."""
+    graph = imports()
+    graph["decode"] = graph["decode"] | {"obligations.lookup", "neighbours"}
+    graph["neighbours"] = graph["neighbours"] | {"decode"}
+    errors = layering_errors(graph)
+    assert "decode (layer 2) imports obligations.lookup (layer 3)" in errors, errors
+    assert any(set(c) == {"decode", "neighbours"} for c in cycles(graph)), cycles(graph)
+    graph["catalog"] = graph["catalog"] | {"kvreach.cli.render"}
+    assert "catalog imports kvreach.cli.render, a layer above proofs/" in layering_errors(graph)
