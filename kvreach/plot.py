@@ -66,8 +66,11 @@ class ChunkMap:
 
     lo, hi: the chunk range drawn, ``[lo, hi)``.
     segment_chunks: alignment segment length in chunks (grid), when whole.
-    counts: stored, loadable, wasted, missed over the whole request (not
-        clipped to the range).
+    whole: ``[lo, hi)`` is the whole request (named so in the title).
+
+    ``counts`` (stored, loadable, wasted, missed) are read from the end row,
+    so they count the drawn range and nothing else: every printed total is
+    over the same chunks as the picture.
     """
 
     title: str
@@ -77,10 +80,23 @@ class ChunkMap:
     lo: int
     hi: int
     segment_chunks: int | None
-    counts: dict[str, int]
+    whole: bool = True
 
     def row(self, label: str) -> MapRow:
         return next(r for r in self.rows if r.label == label)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        end = self.rows[-1]  # the end state (or a mask's single row)
+        return {"stored": len(end.chunks(STORED, WASTED)),
+                "loadable": len(end.chunks(STORED, LOADABLE, MISSED)),
+                "wasted": len(end.chunks(WASTED)), "missed": len(end.chunks(MISSED))}
+
+    @property
+    def range_text(self) -> str:
+        """The chunks the totals count, in words."""
+        span = f"chunks {self.lo}-{self.hi - 1}"
+        return f"whole request ({span})" if self.whole else span
 
     @property
     def step_rows(self) -> tuple[MapRow, ...]:
@@ -133,12 +149,6 @@ def segment_chunks(group: dict) -> int | None:
     return segment_tokens // g.chunk_tokens
 
 
-def counts(stored: Iterable[int], loadable: Iterable[int], needed: Iterable[int]) -> dict[str, int]:
-    st, ld = set(stored), set(loadable)
-    return {"stored": len(st), "loadable": len(ld), "wasted": len(st - ld),
-            "missed": len(set(needed) - st)}
-
-
 def _clip(chunks: Iterable[int], lo: int, hi: int) -> frozenset[int]:
     return frozenset(c for c in chunks if lo <= c < hi)
 
@@ -157,9 +167,10 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
               title: str | None = None) -> ChunkMap:
     """The sets to draw for a trace in ``Trace.to_json(load_model)`` form:
     one row per scheduler step, then the end state. ``[lo, hi)`` clips every
-    set (default: the whole request)."""
+    set and the totals (default: the whole request)."""
+    extent = chunk_extent(trace)
     lo = 0 if lo is None else lo
-    hi = chunk_extent(trace) if hi is None else hi
+    hi = extent if hi is None else hi
     # Every set is clipped to [lo, hi) once, up front: each step then costs
     # O(hi - lo), not O(chunks stored so far).
     loadable, needed = _clip(trace["loadable"], lo, hi), _clip(trace["needed"], lo, hi)
@@ -183,7 +194,7 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
         title=title or f"{trace['rule']}, load model {model}",
         rule=trace["rule"], load_model=model, rows=tuple(rows), lo=lo, hi=hi,
         segment_chunks=segment_chunks(trace["group"]),
-        counts=counts(trace["stored"], loadable, needed),
+        whole=lo == 0 and hi >= extent,
     )
 
 
@@ -198,20 +209,20 @@ def mask_map(rule: str, load_model: str, group: dict, kept: Iterable[int],
     return ChunkMap(
         title=title or f"{rule}, load model {load_model}", rule=rule, load_model=load_model,
         rows=(row,), lo=0, hi=max(horizon, 1), segment_chunks=segment_chunks(group),
-        counts=counts(kept_s, ld, ld),
+        whole=not any(c >= horizon for c in kept_s | ld),
     )
 
 
 def clipped(m: ChunkMap, lo: int, hi: int) -> ChunkMap:
-    """``m`` restricted to chunks ``[lo, hi)`` (counts stay whole-request)."""
+    """``m`` restricted to chunks ``[lo, hi)`` (and so are its counts)."""
     rows = tuple(replace(r, cells={k: _clip(v, lo, hi) for k, v in r.cells.items()})
                  for r in m.rows)
-    return replace(m, rows=rows, lo=lo, hi=hi)
+    return replace(m, rows=rows, lo=lo, hi=hi, whole=m.whole and lo <= m.lo and hi >= m.hi)
 
 
 def panel_title(m: ChunkMap) -> str:
     c = m.counts
-    return (f"{m.title}: stored {c['stored']}, loadable {c['loadable']}, "
+    return (f"{m.title}, {m.range_text}: stored {c['stored']}, loadable {c['loadable']}, "
             f"wasted {c['wasted']}, missed {c['missed']}")
 
 

@@ -382,8 +382,8 @@ def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
 
     for m in drawn:
         end = m.rows[-1]  # the end state (or a mask's single row)
-        console.print(f"{panel_title(m)}; drawn chunks {m.lo}-{m.hi - 1}: "
-                      f"wasted {ranges(end.chunks(WASTED))}, missed {ranges(end.chunks(MISSED))}",
+        console.print(f"{panel_title(m)}; wasted {ranges(end.chunks(WASTED))}, "
+                      f"missed {ranges(end.chunks(MISSED))}",
                       markup=False, soft_wrap=True)
     console.print(f"wrote {png} and {svg}", markup=False, soft_wrap=True)
 
