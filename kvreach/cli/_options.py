@@ -81,11 +81,20 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
         for p in inspect.signature(fn).parameters.values() if p.name != "scenario"
     ]
-    shared = [o.parameter() for o in SCENARIO_OPTIONS]
+    # a scenario option ``fn`` declares itself (to tell "given" from "left
+    # out": default None) is ``fn``'s; the scenario gets its default when None
+    mine = {p.name for p in own}
+    shared = [o.parameter() for o in SCENARIO_OPTIONS if o.name not in mine]
+
+    def value(o: _Opt, kw: dict) -> object:
+        if o.name not in mine:
+            return kw.pop(o.name)
+        v = kw[o.name]
+        return o.default if v is None else v
 
     @functools.wraps(fn)
     def command(**kw: object) -> None:
-        scenario = Scenario(**{o.name: kw.pop(o.name) for o in SCENARIO_OPTIONS})
+        scenario = Scenario(**{o.name: value(o, kw) for o in SCENARIO_OPTIONS})
         return fn(scenario=scenario, **kw)
 
     # fn's positional parameters first (e.g. --rule), then the scenario, then

@@ -160,7 +160,8 @@ def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
                            cex["final_horizon_chunks"], title=title)
         bad = sorted(kept ^ wanted)
     g, req = cex["config"]["group"], cex["config"]["request"]
-    sup = f"replayed violation chunks: {ranges(bad)}; tracked chunk {cex.get('chunk')}\n"
+    sup = f"replayed violation chunks: {ranges(bad)}"
+    sup += ("" if cex.get("chunk") is None else f"; tracked chunk {cex['chunk']}") + "\n"
     sup += _config_line(g, req, cex.get("lifecycle"))
     png, svg = kplot.out_paths(out_file)
     drawn = _draw("--plot", out_file, [m], sup)

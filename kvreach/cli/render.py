@@ -199,15 +199,18 @@ def _cex_line(row) -> str:
     cfg = cex.get("config", {})
     g, r = cfg.get("group", {}), cfg.get("request", {})
     lc = cex.get("lifecycle")
-    s = f"{row.obligation} {row.rule} {row.load_model} vllm {row.vllm}: chunk {cex.get('chunk')}"
+    # a counterexample about one chunk names it; a lookup's has no tracked
+    # chunk (its replayed chunks and configuration say what it is)
+    parts = [] if cex.get("chunk") is None else [f"chunk {cex['chunk']}"]
     if g:
-        s += "; " + _config_line(g, r, lc)
+        parts.append(_config_line(g, r, lc))
     if "final_horizon_chunks" in cex:
-        s += f"; final_horizon_chunks={cex['final_horizon_chunks']}"
-        s += f" boundary_block={cex.get('boundary_block')}"
+        parts.append(f"final_horizon_chunks={cex['final_horizon_chunks']}"
+                     f" boundary_block={cex.get('boundary_block')}")
     if "replayed_violation" in cex:
-        s += f"; replayed violation chunks: {ranges(cex['replayed_violation'])}"
-    return s
+        parts.append(f"replayed violation chunks: {ranges(cex['replayed_violation'])}")
+    return (f"{row.obligation} {row.rule} {row.load_model} vllm {row.vllm}: "
+            + ("; ".join(parts) or "no chunk tracked"))
 
 
 def _prove_table(rows: list) -> Table:
