@@ -5,11 +5,10 @@
 # stock does not pass with kvreach (or if the substitution did not happen).
 #
 # Environment (all optional):
-#   VLLM_SDIST        the vllm-sdist tool (default: ../shared/tools/vllm-sdist,
-#                     relative to the repository root, beside the clone in CI)
-#   VLLM_SRC_CACHE    where the sdist is unpacked (default:
-#                     ${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist); never
-#                     inside the repository
+#   VLLM_SRC_CACHE    where a cached sdist archive is looked for first
+#                     (else ${KVREACH_CACHE:-~/.cache/kvreach}/vllm-sdist, where
+#                     tests/vllm_releases.py downloads and unpacks it once);
+#                     never inside the repository
 #   PYTHON            interpreter with vllm==0.33.0 and kvreach installed
 #   PYTEST_SELECT     extra pytest args, e.g. '-k "swa or sliding"'
 #   KVREACH_RULE      the kvreach rule substituted (default vllm-0.33)
@@ -21,17 +20,12 @@ set -euo pipefail
 
 VLLM_VERSION=0.33.0
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VLLM_SDIST="${VLLM_SDIST:-$REPO_ROOT/../shared/tools/vllm-sdist}"
-VLLM_SRC_CACHE="${VLLM_SRC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvreach/vllm-sdist}"
 PYTHON="${PYTHON:-python}"
 TEST_FILE=tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py
 
-SRC="$VLLM_SRC_CACHE/vllm-$VLLM_VERSION"
-if [[ ! -f "$SRC/$TEST_FILE" ]]; then
-    echo "fetching vLLM $VLLM_VERSION sdist into $VLLM_SRC_CACHE" >&2
-    mkdir -p "$VLLM_SRC_CACHE"
-    "$PYTHON" "$VLLM_SDIST" "$VLLM_VERSION" "$VLLM_SRC_CACHE" >&2
-fi
+# the sdist, cached or fetched once by the project's own code
+SRC="$("$PYTHON" "$REPO_ROOT/tests/vllm_releases.py" sdist "$VLLM_VERSION")"
+[[ -f "$SRC/$TEST_FILE" ]] || { echo "no $TEST_FILE in $SRC" >&2; exit 2; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/kvreach-vllm-own-tests.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT

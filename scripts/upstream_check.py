@@ -40,8 +40,9 @@ when every verdict holds, 1 otherwise, 2 on bad input. Needs vLLM 0.33.0's
 dependencies (the ``vllm`` extra), ``patch``, and this checkout.
 
 The sdist: ``vllm-0.33.0.tar.gz`` under ``$VLLM_SRC_CACHE`` or
-``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if none has it, it is downloaded once into the last with the vllm-sdist tool
-(``$VLLM_SDIST``, default ../shared/tools/vllm-sdist beside the checkout).
+``${KVREACH_CACHE:-~/.cache/kvreach}/vllm-sdist``; if none has it, it is
+downloaded once from PyPI into the last by the project's own fetch
+(``tests/vllm_releases.py``, ``sdist_archive``).
 """
 
 from __future__ import annotations
@@ -98,33 +99,24 @@ def replay_helpers():
 # ---------------------------------------------------------------------------
 
 
-def cache_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("VLLM_SRC_CACHE"):
-        dirs.append(Path(os.environ["VLLM_SRC_CACHE"]))
-    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    dirs.append(xdg / "kvreach" / "vllm-sdist")
-    return dirs
+def _releases():
+    """tests/vllm_releases.py: the project's one fetch of release sources."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllm_releases",
+                                                  REPO / "tests" / "vllm_releases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def sdist_archive(fetch: bool = True) -> Path:
     """vLLM 0.33.0's sdist archive from a cache, else downloaded once into
-    the user's cache with the vllm-sdist tool."""
-    for d in cache_dirs():
-        if (d / ARCHIVE).is_file():
-            return d / ARCHIVE
-    dest = cache_dirs()[-1]
-    if not fetch:
-        raise BadInput(f"sdist: {ARCHIVE} in none of {', '.join(map(str, cache_dirs()))}")
-    tool = Path(os.environ.get("VLLM_SDIST") or REPO.parent / "shared" / "tools" / "vllm-sdist")
-    if not tool.is_file():
-        raise BadInput(f"VLLM_SDIST={tool}: expected the vllm-sdist tool (no cached {ARCHIVE})")
-    dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, str(tool), VLLM_VERSION, str(dest)], check=True,
-                   stdout=subprocess.DEVNULL)
-    if not (dest / ARCHIVE).is_file():
-        raise BadInput(f"{tool}: did not leave {ARCHIVE} in {dest}")
-    return dest / ARCHIVE
+    the user's cache (``vllm_releases.sdist_archive``)."""
+    try:
+        return _releases().sdist_archive(VLLM_VERSION, fetch=fetch)
+    except RuntimeError as e:
+        raise BadInput(f"sdist: {e}") from None
 
 
 def unpack(archive: Path, dest: Path) -> Path:
