@@ -34,10 +34,17 @@ STORED = "stored"
 WASTED = "wasted"
 LOADABLE = "loadable"
 MISSED = "missed"
+# A later request's lookup row: the chunks it loads with the rule's stores,
+# the rest of the run it asks for (stored, but the run is incomplete), and the
+# chunks of that run that were never stored.
+LOOKUP_LOADED = "lookup-loaded"
+LOOKUP_RUN = "lookup-run"
+LOOKUP_MISSING = "lookup-missing"
 CATEGORIES = (SUBMITTED, SUBMITTED_WASTED, EARLIER, EARLIER_WASTED, STORED, WASTED,
-              LOADABLE, MISSED)
+              LOADABLE, MISSED, LOOKUP_LOADED, LOOKUP_RUN, LOOKUP_MISSING)
 
 END_ROW = "stored at end"
+LOOKUP_ROW = "later lookup"
 
 
 @dataclass(frozen=True)
@@ -86,8 +93,14 @@ class ChunkMap:
         return next(r for r in self.rows if r.label == label)
 
     @property
+    def end(self) -> MapRow:
+        """The end state (or a mask's single row)."""
+        return next((r for r in self.rows if r.label == END_ROW),
+                    next(r for r in reversed(self.rows) if not r.label.startswith(LOOKUP_ROW)))
+
+    @property
     def counts(self) -> dict[str, int]:
-        end = self.rows[-1]  # the end state (or a mask's single row)
+        end = self.end
         return {"stored": len(end.chunks(STORED, WASTED)),
                 "loadable": len(end.chunks(STORED, LOADABLE, MISSED)),
                 "wasted": len(end.chunks(WASTED)), "missed": len(end.chunks(MISSED))}
@@ -100,7 +113,8 @@ class ChunkMap:
 
     @property
     def step_rows(self) -> tuple[MapRow, ...]:
-        return tuple(r for r in self.rows if r.label != END_ROW)
+        return tuple(r for r in self.rows
+                     if r.label != END_ROW and not r.label.startswith(LOOKUP_ROW))
 
 
 # ---------------------------------------------------------------------------
@@ -198,6 +212,27 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
     )
 
 
+def with_lookup(m: ChunkMap, lookup: dict) -> ChunkMap:
+    """``m`` with a last row for a later request's lookup of the SWA group
+    (``later_lookup`` of a decoded counterexample, or of ``kvreach lookup
+    --json``'s SWA group): the run it asks for (``dense_loaded``, what it
+    loads from dense stores), the chunks of it never stored, and what it
+    loads from the rule's stores; the label gives both hits."""
+    def span(r: list[int]) -> set[int]:
+        return set(range(r[0], r[1])) if r else set()
+
+    loaded, run = span(lookup.get("loaded") or []), span(lookup.get("dense_loaded") or [])
+    missing = set(lookup.get("missing_chunks") or [])
+    label = (f"{LOOKUP_ROW}: hit {lookup.get('hit_tokens') or 0}, "
+             f"dense {lookup.get('dense_hit_tokens') or 0}")
+    row = MapRow(label, max(run | loaded | missing, default=0) + 1, {
+        LOOKUP_LOADED: _clip(loaded, m.lo, m.hi),
+        LOOKUP_RUN: _clip(run - loaded - missing, m.lo, m.hi),
+        LOOKUP_MISSING: _clip(missing, m.lo, m.hi),
+    })
+    return replace(m, rows=m.rows + (row,))
+
+
 def mask_map(rule: str, load_model: str, group: dict, kept: Iterable[int],
              loadable: Iterable[int], horizon: int, title: str | None = None) -> ChunkMap:
     """A single-row map of a store mask evaluated at a final horizon (a static
@@ -253,6 +288,9 @@ STYLE: dict[str, tuple[str, float, str | None]] = {
     SUBMITTED_WASTED: ("#d62728", 0.6, "stored, not loadable (wasted)"),
     EARLIER_WASTED: ("#d62728", 0.34, None),
     WASTED: ("#d62728", 0.6, None),
+    LOOKUP_LOADED: ("#2ca02c", 0.6, "later lookup loads"),
+    LOOKUP_RUN: ("#b7e0b0", 0.6, "later lookup asks for, stored"),
+    LOOKUP_MISSING: ("#7b2cbf", 0.6, "later lookup asks for, never stored"),
 }
 HASH_SALT = "kvreach"
 FORMATS = (".png", ".svg")
@@ -284,7 +322,7 @@ def _draw_panel(ax, m: ChunkMap, index: int) -> None:
         if m.lo <= row.frontier <= m.hi:
             ax.plot([row.frontier, row.frontier], [base - 0.4, base + 0.4],
                     color="black", linewidth=1.0)
-        bad = row.chunks(SUBMITTED_WASTED, WASTED)
+        bad = row.chunks(SUBMITTED_WASTED, WASTED, LOOKUP_MISSING)
         for start, length in runs(bad):
             txt = f"{start}" if length == 1 else f"{start}-{start + length - 1}"
             ax.annotate(txt, (start + length / 2, base + 0.3), xytext=(0, 0.5),
@@ -347,8 +385,10 @@ def draw(maps: Sequence[ChunkMap], out: Path, suptitle: str | None = None) -> li
             _draw_panel(ax, m, i)
         axes[-1].set_xlabel("chunk index (black tick: the row's storable chunks, the final "
                             "horizon in the last row; grid: segments)", fontsize=8)
-        handles = [Patch(facecolor=c, label=lab) for c, _, lab in STYLE.values() if lab]
-        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles),
+        looked = any(r.label.startswith(LOOKUP_ROW) for m in maps for r in m.rows)
+        handles = [Patch(facecolor=c, label=lab) for cat, (c, _, lab) in STYLE.items()
+                   if lab and (looked or not cat.startswith("lookup"))]
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6),
                    fontsize=8, frameon=False)
         if suptitle:
             lines = [textwrap.fill(x, 170) for x in suptitle.splitlines()]

@@ -302,3 +302,24 @@ def test_prove_does_not_import_matplotlib():
     code = ("import sys, kvreach.cli, kvreach.plot; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_counterexample_plot_draws_the_later_lookup(tmp_path, drawn):
+    """hit-preservation's counterexample (F6): the map's last row is the later
+    request's lookup, with the chunk it asks for and was never stored (292)
+    and both hits; the text shows the lookup's sets, not an approximate load
+    model's (which have nothing missing here)."""
+    out = tmp_path / "f6.png"
+    r = invoke("counterexample", "hit-preservation", "--rule", "vllm-0.33", "--vllm", "0.33.0",
+               "--plot", str(out))
+    assert r.exit_code == 0, r.stderr
+    (m,) = drawn[0]
+    row = m.rows[-1]
+    assert row.label == "later lookup: hit 0, dense 1187"
+    assert row.chunks(kplot.LOOKUP_MISSING) == {292}
+    assert row.chunks(kplot.LOOKUP_LOADED) == set()
+    assert row.chunks(kplot.LOOKUP_RUN) == {293, 294, 295, 296}
+    assert m.end.label == kplot.END_ROW and 292 not in m.end.chunks(kplot.STORED, kplot.WASTED)
+    assert "asked for by the later lookup, never stored (1): 292" in r.stdout
+    assert "needed-not-stored" not in r.stdout
+    assert "later lookup: hit 0, dense 1187: loads -; asks for, never stored: 292" in r.stdout

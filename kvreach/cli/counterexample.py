@@ -153,6 +153,8 @@ def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
     title = f"{obligation} counterexample: {rule}, load model {model}"
     if cex.get("trace") is not None:
         m = kplot.chunk_map(cex["trace"], title=title)
+        if cex.get("later_lookup", {}).get("dense_loaded") is not None:
+            m = kplot.with_lookup(m, cex["later_lookup"])  # the lost hit, drawn
         bad = cex.get("replayed_violation") or []
     else:
         kept, wanted = replay_mask(cex, rule, model)
