@@ -5,7 +5,8 @@ real model geometries, in the single-request world (kvreach.impl.worlds).
     python bench/bench_hits.py [--plot docs/img/hit-loss.png] [--markdown]
 
 A shape is (full-attention block, SWA block, window, extra_retained_tokens,
-blocks_per_chunk, EAGLE group). vLLM's block mask is sparse when
+blocks_per_chunk, EAGLE group); the real models' groups are the presets of
+``kvreach.models`` (what ``--model NAME`` fills in), derived below. vLLM's block mask is sparse when
 ceil((W + extra - 1) / swa_block) (+1 for an EAGLE group) < full_block *
 blocks_per_chunk / swa_block (``_contiguous_blocks_for_hit`` against
 ``alignment_tokens``), but a chunk is stored when any of its blocks is kept
@@ -92,24 +93,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvreach.impl.lifecycle import Lifecycle, run  # noqa: E402
 from kvreach.impl.lookup import LookupGroup  # noqa: E402
 from kvreach.impl.worlds import dense_chunks, later_lookup  # noqa: E402
+from kvreach.models import PRESETS  # noqa: E402
 from kvreach.params import GroupConfig, RequestConfig  # noqa: E402
+
+def _shape(label: str, model: str, blocks_per_chunk: int = 1) -> tuple:
+    """A bench shape from a real model's preset (kvreach.models, what
+    ``--model NAME`` fills in) and an offload chunk of ``blocks_per_chunk``."""
+    p = PRESETS[model]
+    return (label, p.full_block_size, p.swa_block_size, p.window, p.extra_retained_tokens,
+            blocks_per_chunk, p.eagle)
+
 
 SHAPES = [
     # name, full block, swa block, window, extra, blocks_per_chunk, eagle
-    ("gpt-oss (W 128), block 16", 16, 16, 128, 0, 1, False),
-    ("gpt-oss, block 16, offload 256", 16, 16, 128, 0, 16, False),
-    ("gpt-oss, --block-size 64", 64, 64, 128, 0, 1, False),
-    ("Gemma 3 (W 1024), block 16", 16, 16, 1024, 0, 1, False),
-    ("Gemma 2 (W 4096), block 16", 16, 16, 4096, 0, 1, False),
-    ("Gemma 4 31B/26B: full 32, SWA 16, W 1024", 32, 16, 1024, 0, 1, False),
-    ("Gemma 4 31B/26B, 64-block chunks", 32, 16, 1024, 0, 64, False),
-    ("MiMo-V2-Flash: full 32, SWA 16, W 128", 32, 16, 128, 0, 1, False),
-    ("MiMo-V2-Flash, 8-block chunks", 32, 16, 128, 0, 8, False),
-    ("MiMo-V2-Flash MTP (EAGLE), 8-block chunks", 32, 16, 128, 0, 8, True),
-    ("DeepSeek-V4-Flash SWA: MLA 256, SWA 64, W 128", 256, 64, 128, 0, 1, False),
-    ("DeepSeek-V4-Flash MTP SWA (EAGLE)", 256, 64, 128, 0, 1, True),
-    ("DeepSeek-V4-Flash C128 state: SWA 8, W 128", 256, 8, 128, 0, 1, False),
-    ("DeepSeek-V4-Flash C4 state: SWA 4, W 8", 256, 4, 8, 0, 1, False),
+    _shape("gpt-oss (W 128), block 16", "gpt-oss"),
+    _shape("gpt-oss, block 16, offload 256", "gpt-oss", 16),
+    _shape("gpt-oss, --block-size 64", "gpt-oss-block-64"),
+    _shape("Gemma 3 (W 1024), block 16", "gemma-3"),
+    _shape("Gemma 2 (W 4096), block 16", "gemma-2"),
+    _shape("Gemma 4 31B/26B: full 32, SWA 16, W 1024", "gemma-4"),
+    _shape("Gemma 4 31B/26B, 64-block chunks", "gemma-4", 64),
+    _shape("MiMo-V2-Flash: full 32, SWA 16, W 128", "mimo-v2-flash"),
+    _shape("MiMo-V2-Flash, 8-block chunks", "mimo-v2-flash", 8),
+    _shape("MiMo-V2-Flash MTP (EAGLE), 8-block chunks", "mimo-v2-flash-mtp", 8),
+    _shape("DeepSeek-V4-Flash SWA: MLA 256, SWA 64, W 128", "deepseek-v4-flash"),
+    _shape("DeepSeek-V4-Flash MTP SWA (EAGLE)", "deepseek-v4-flash-mtp"),
+    _shape("DeepSeek-V4-Flash C128 state: SWA 8, W 128", "deepseek-v4-flash-c128"),
+    _shape("DeepSeek-V4-Flash C4 state: SWA 4, W 8", "deepseek-v4-flash-c4"),
     ("measured: full 36, SWA 4, W 17", 36, 4, 17, 0, 1, False),
     ("W 16, extra_retained_tokens 5", 36, 4, 16, 5, 1, False),
 ]

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from kvreach.cli import app
 from kvreach.conform import MAX_CASES
+from kvreach.models import PRESETS
 from kvreach.params import LOAD_MODELS, MAX_INT, MAX_TOKENS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.scenarios import PR_54362, example_flags
@@ -54,7 +55,8 @@ MINIMUM = {
 LIMIT = {"--prompt": MAX_TOKENS, "--decode": MAX_TOKENS, "--later-prompt": MAX_TOKENS,
          "--cases": MAX_CASES}
 CHOICES = {"--rule": RULES, "--load-model": LOAD_MODELS, "--obligation": tuple(OBLIGATIONS),
-           "--compare": RULES, "--vllm": tuple(v for r in RELEASES for v in r.names)}
+           "--compare": RULES, "--vllm": tuple(v for r in RELEASES for v in r.names),
+           "--model": tuple(PRESETS)}
 
 
 def base(command: str, tmp: Path) -> list[str]:
