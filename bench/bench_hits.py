@@ -5,7 +5,8 @@ real model geometries, in the single-request world (kvreach.impl.worlds).
     python bench/bench_hits.py [--plot docs/img/hit-loss.png] [--markdown]
 
 A shape is (full-attention block, SWA block, window, extra_retained_tokens,
-blocks_per_chunk, EAGLE group). vLLM's block mask is sparse when
+blocks_per_chunk, EAGLE group); the real models' groups are the presets of
+``kvreach.models`` (what ``--model NAME`` fills in), derived below. vLLM's block mask is sparse when
 ceil((W + extra - 1) / swa_block) (+1 for an EAGLE group) < full_block *
 blocks_per_chunk / swa_block (``_contiguous_blocks_for_hit`` against
 ``alignment_tokens``), but a chunk is stored when any of its blocks is kept
@@ -92,24 +93,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvreach.impl.lifecycle import Lifecycle, run  # noqa: E402
 from kvreach.impl.lookup import LookupGroup  # noqa: E402
 from kvreach.impl.worlds import dense_chunks, later_lookup  # noqa: E402
+from kvreach.models import PRESETS  # noqa: E402
 from kvreach.params import GroupConfig, RequestConfig  # noqa: E402
+
+def _shape(label: str, model: str, blocks_per_chunk: int = 1) -> tuple:
+    """A bench shape from a real model's preset (kvreach.models, what
+    ``--model NAME`` fills in) and an offload chunk of ``blocks_per_chunk``."""
+    p = PRESETS[model]
+    return (label, p.full_block_size, p.swa_block_size, p.window, p.extra_retained_tokens,
+            blocks_per_chunk, p.eagle)
+
 
 SHAPES = [
     # name, full block, swa block, window, extra, blocks_per_chunk, eagle
-    ("gpt-oss (W 128), block 16", 16, 16, 128, 0, 1, False),
-    ("gpt-oss, block 16, offload 256", 16, 16, 128, 0, 16, False),
-    ("gpt-oss, --block-size 64", 64, 64, 128, 0, 1, False),
-    ("Gemma 3 (W 1024), block 16", 16, 16, 1024, 0, 1, False),
-    ("Gemma 2 (W 4096), block 16", 16, 16, 4096, 0, 1, False),
-    ("Gemma 4 31B/26B: full 32, SWA 16, W 1024", 32, 16, 1024, 0, 1, False),
-    ("Gemma 4 31B/26B, 64-block chunks", 32, 16, 1024, 0, 64, False),
-    ("MiMo-V2-Flash: full 32, SWA 16, W 128", 32, 16, 128, 0, 1, False),
-    ("MiMo-V2-Flash, 8-block chunks", 32, 16, 128, 0, 8, False),
-    ("MiMo-V2-Flash MTP (EAGLE), 8-block chunks", 32, 16, 128, 0, 8, True),
-    ("DeepSeek-V4-Flash SWA: MLA 256, SWA 64, W 128", 256, 64, 128, 0, 1, False),
-    ("DeepSeek-V4-Flash MTP SWA (EAGLE)", 256, 64, 128, 0, 1, True),
-    ("DeepSeek-V4-Flash C128 state: SWA 8, W 128", 256, 8, 128, 0, 1, False),
-    ("DeepSeek-V4-Flash C4 state: SWA 4, W 8", 256, 4, 8, 0, 1, False),
+    _shape("gpt-oss (W 128), block 16", "gpt-oss"),
+    _shape("gpt-oss, block 16, offload 256", "gpt-oss", 16),
+    _shape("gpt-oss, --block-size 64", "gpt-oss-block-64"),
+    _shape("Gemma 3 (W 1024), block 16", "gemma-3"),
+    _shape("Gemma 2 (W 4096), block 16", "gemma-2"),
+    _shape("Gemma 4 31B/26B: full 32, SWA 16, W 1024", "gemma-4"),
+    _shape("Gemma 4 31B/26B, 64-block chunks", "gemma-4", 64),
+    _shape("MiMo-V2-Flash: full 32, SWA 16, W 128", "mimo-v2-flash"),
+    _shape("MiMo-V2-Flash, 8-block chunks", "mimo-v2-flash", 8),
+    _shape("MiMo-V2-Flash MTP (EAGLE), 8-block chunks", "mimo-v2-flash-mtp", 8),
+    _shape("DeepSeek-V4-Flash SWA: MLA 256, SWA 64, W 128", "deepseek-v4-flash"),
+    _shape("DeepSeek-V4-Flash MTP SWA (EAGLE)", "deepseek-v4-flash-mtp"),
+    _shape("DeepSeek-V4-Flash C128 state: SWA 8, W 128", "deepseek-v4-flash-c128"),
+    _shape("DeepSeek-V4-Flash C4 state: SWA 4, W 8", "deepseek-v4-flash-c4"),
     ("measured: full 36, SWA 4, W 17", 36, 4, 17, 0, 1, False),
     ("W 16, extra_retained_tokens 5", 36, 4, 16, 5, 1, False),
 ]
@@ -152,6 +162,72 @@ def measure(shape, rule: str, seed: int = 0) -> dict:
             "lossy_requests_pct": 100 * lossy / requests}
 
 
+RULE_MARKERS = {"vllm-0.29": ("o", "#1f77b4"), "vllm-0.33": ("s", "#ff7f0e"),
+                "lookup-window": ("D", "#2ca02c")}
+
+
+def plot(rows: list[dict], out: Path) -> None:
+    """A dot plot a reader reads: one line per shape, sorted by the worst loss
+    any rule gives it; per rule a filled marker at the measured value with the
+    value printed beside it. A measured 0 is a hollow marker labelled "0"; a
+    shape/rule pair not measured would be the text "not measured" (no bar of
+    height 0 stands for either)."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    by = {(r["shape"], r["rule"]): r for r in rows}
+    shapes = [s[0] for s in SHAPES]
+    keys = (("lost_tokens_pct", "hit tokens lost vs dense (%)", "{:.1f}"),
+            ("lossy_requests_pct", "later requests losing hits (%)", "{:.0f}"))
+
+    def worst(name: str) -> tuple:
+        got = [by[(name, rule)] for rule in RULES if (name, rule) in by]
+        return tuple(max((r[k] for r in got), default=-1) for k, _, _ in reversed(keys))
+
+    order = sorted(shapes, key=worst)  # worst last: drawn at the top
+    with matplotlib.rc_context({"svg.hashsalt": "kvreach"}):
+        fig = Figure(figsize=(13, 0.42 * len(order) + 1.8), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(1, 2, sharey=True)
+        for ax, (key, label, fmt) in zip(axes, keys):
+            for y, name in enumerate(order):
+                ax.axhline(y, color="#eeeeee", linewidth=0.8, zorder=0)
+                for i, rule in enumerate(RULES):
+                    marker, colour = RULE_MARKERS[rule]
+                    yy = y + (1 - i) * 0.25
+                    r = by.get((name, rule))
+                    if r is None:
+                        ax.text(0, yy, "not measured", fontsize=6, va="center", color="#777777")
+                        continue
+                    v = r[key]
+                    zero = v == 0
+                    ax.plot([v], [yy], marker=marker, linestyle="none", markersize=5,
+                            markerfacecolor="white" if zero else colour,
+                            markeredgecolor=colour)
+                    text = "0" if zero else fmt.format(v)
+                    if not zero and float(text) == 0:  # measured, not 0: never printed as 0
+                        text = "<" + fmt.format(1 if fmt == "{:.0f}" else 0.1)
+                    ax.text(v + 2, yy, text, fontsize=6,
+                            va="center", color=colour)
+            ax.set_xlim(-3, 112)
+            ax.set_xlabel(label, fontsize=9)
+            ax.tick_params(axis="x", labelsize=8)
+        axes[0].set_yticks(range(len(order)), order, fontsize=7)
+        axes[0].set_ylim(-0.6, len(order) - 0.4)
+        handles = [Line2D([], [], marker=m, color=c, linestyle="none", label=rule)
+                   for rule, (m, c) in RULE_MARKERS.items()]
+        handles.append(Line2D([], [], marker="o", color="#555555", markerfacecolor="white",
+                              linestyle="none", label="measured 0 (hollow)"))
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
+                   frameon=False)
+        fig.suptitle("Later requests' offload hits lost against dense stores, per model shape "
+                     "and store rule\n(24 prompts of 1k-32k tokens x 5 later requests per "
+                     "shape; worst shapes at the top)", fontsize=10)
+        fig.savefig(out, dpi=120, metadata={"Software": None})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plot", type=Path,
@@ -174,24 +250,7 @@ def main() -> int:
         print(("| " + " | ".join(vals) + " |") if args.markdown else "  ".join(vals))
     print(f"({len(rows)} rows in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True)
-        width = 0.27
-        for ax, key, label in zip(axes, ("lost_tokens_pct", "lossy_requests_pct"),
-                                  ("hit tokens lost vs dense (%)", "later requests losing hits (%)")):
-            for i, rule in enumerate(RULES):
-                ys = [r[key] for r in rows if r["rule"] == rule]
-                ax.bar([x + (i - 1) * width for x in range(len(SHAPES))], ys, width, label=rule)
-            ax.set_ylabel(label)
-        axes[1].set_xticks(range(len(SHAPES)), [s[0] for s in SHAPES], rotation=25, ha="right", fontsize=7)
-        axes[0].set_title("Single-request world, 24 prompts x 5 later requests per shape")
-        axes[0].legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120, metadata={"Software": None})
+        plot(rows, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 

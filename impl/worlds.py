@@ -130,6 +130,12 @@ def later_lookup(groups: tuple[LookupGroup, ...], trace: Trace, later_prompt: in
             raise ParamError(name, v, f"an integer <= 2**63 - 1 ({MAX_INT})")
     if diverges_at is not None and diverges_at < 0:
         raise ParamError("later_diverges_at", diverges_at, "an integer >= 0")
+    common = min(later_prompt, trace.request.prompt_tokens)
+    if diverges_at is not None and diverges_at > common:
+        raise ParamError("later_diverges_at", diverges_at,
+                         f"at most {common} (the shorter of the stored prompt, "
+                         f"{trace.request.prompt_tokens} tokens, and the later request, "
+                         f"{later_prompt}): it diverges inside both")
     shared = min(later_prompt, trace.request.prompt_tokens,
                  trace.request.prompt_tokens if diverges_at is None else diverges_at)
     for g in groups:

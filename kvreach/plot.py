@@ -34,10 +34,17 @@ STORED = "stored"
 WASTED = "wasted"
 LOADABLE = "loadable"
 MISSED = "missed"
+# A later request's lookup row: the chunks it loads with the rule's stores,
+# the rest of the run it asks for (stored, but the run is incomplete), and the
+# chunks of that run that were never stored.
+LOOKUP_LOADED = "lookup-loaded"
+LOOKUP_RUN = "lookup-run"
+LOOKUP_MISSING = "lookup-missing"
 CATEGORIES = (SUBMITTED, SUBMITTED_WASTED, EARLIER, EARLIER_WASTED, STORED, WASTED,
-              LOADABLE, MISSED)
+              LOADABLE, MISSED, LOOKUP_LOADED, LOOKUP_RUN, LOOKUP_MISSING)
 
 END_ROW = "stored at end"
+LOOKUP_ROW = "later lookup"
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,11 @@ class ChunkMap:
 
     lo, hi: the chunk range drawn, ``[lo, hi)``.
     segment_chunks: alignment segment length in chunks (grid), when whole.
-    counts: stored, loadable, wasted, missed over the whole request (not
-        clipped to the range).
+    whole: ``[lo, hi)`` is the whole request (named so in the title).
+
+    ``counts`` (stored, loadable, wasted, missed) are read from the end row,
+    so they count the drawn range and nothing else: every printed total is
+    over the same chunks as the picture.
     """
 
     title: str
@@ -77,14 +87,34 @@ class ChunkMap:
     lo: int
     hi: int
     segment_chunks: int | None
-    counts: dict[str, int]
+    whole: bool = True
 
     def row(self, label: str) -> MapRow:
         return next(r for r in self.rows if r.label == label)
 
     @property
+    def end(self) -> MapRow:
+        """The end state (or a mask's single row)."""
+        return next((r for r in self.rows if r.label == END_ROW),
+                    next(r for r in reversed(self.rows) if not r.label.startswith(LOOKUP_ROW)))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        end = self.end
+        return {"stored": len(end.chunks(STORED, WASTED)),
+                "loadable": len(end.chunks(STORED, LOADABLE, MISSED)),
+                "wasted": len(end.chunks(WASTED)), "missed": len(end.chunks(MISSED))}
+
+    @property
+    def range_text(self) -> str:
+        """The chunks the totals count, in words."""
+        span = f"chunks {self.lo}-{self.hi - 1}"
+        return f"whole request ({span})" if self.whole else span
+
+    @property
     def step_rows(self) -> tuple[MapRow, ...]:
-        return tuple(r for r in self.rows if r.label != END_ROW)
+        return tuple(r for r in self.rows
+                     if r.label != END_ROW and not r.label.startswith(LOOKUP_ROW))
 
 
 # ---------------------------------------------------------------------------
@@ -133,12 +163,6 @@ def segment_chunks(group: dict) -> int | None:
     return segment_tokens // g.chunk_tokens
 
 
-def counts(stored: Iterable[int], loadable: Iterable[int], needed: Iterable[int]) -> dict[str, int]:
-    st, ld = set(stored), set(loadable)
-    return {"stored": len(st), "loadable": len(ld), "wasted": len(st - ld),
-            "missed": len(set(needed) - st)}
-
-
 def _clip(chunks: Iterable[int], lo: int, hi: int) -> frozenset[int]:
     return frozenset(c for c in chunks if lo <= c < hi)
 
@@ -157,9 +181,10 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
               title: str | None = None) -> ChunkMap:
     """The sets to draw for a trace in ``Trace.to_json(load_model)`` form:
     one row per scheduler step, then the end state. ``[lo, hi)`` clips every
-    set (default: the whole request)."""
+    set and the totals (default: the whole request)."""
+    extent = chunk_extent(trace)
     lo = 0 if lo is None else lo
-    hi = chunk_extent(trace) if hi is None else hi
+    hi = extent if hi is None else hi
     # Every set is clipped to [lo, hi) once, up front: each step then costs
     # O(hi - lo), not O(chunks stored so far).
     loadable, needed = _clip(trace["loadable"], lo, hi), _clip(trace["needed"], lo, hi)
@@ -183,8 +208,29 @@ def chunk_map(trace: dict, lo: int | None = None, hi: int | None = None,
         title=title or f"{trace['rule']}, load model {model}",
         rule=trace["rule"], load_model=model, rows=tuple(rows), lo=lo, hi=hi,
         segment_chunks=segment_chunks(trace["group"]),
-        counts=counts(trace["stored"], loadable, needed),
+        whole=lo == 0 and hi >= extent,
     )
+
+
+def with_lookup(m: ChunkMap, lookup: dict) -> ChunkMap:
+    """``m`` with a last row for a later request's lookup of the SWA group
+    (``later_lookup`` of a decoded counterexample, or of ``kvreach lookup
+    --json``'s SWA group): the run it asks for (``dense_loaded``, what it
+    loads from dense stores), the chunks of it never stored, and what it
+    loads from the rule's stores; the label gives both hits."""
+    def span(r: list[int]) -> set[int]:
+        return set(range(r[0], r[1])) if r else set()
+
+    loaded, run = span(lookup.get("loaded") or []), span(lookup.get("dense_loaded") or [])
+    missing = set(lookup.get("missing_chunks") or [])
+    label = (f"{LOOKUP_ROW}: hit {lookup.get('hit_tokens') or 0}, "
+             f"dense {lookup.get('dense_hit_tokens') or 0}")
+    row = MapRow(label, max(run | loaded | missing, default=0) + 1, {
+        LOOKUP_LOADED: _clip(loaded, m.lo, m.hi),
+        LOOKUP_RUN: _clip(run - loaded - missing, m.lo, m.hi),
+        LOOKUP_MISSING: _clip(missing, m.lo, m.hi),
+    })
+    return replace(m, rows=m.rows + (row,))
 
 
 def mask_map(rule: str, load_model: str, group: dict, kept: Iterable[int],
@@ -198,20 +244,20 @@ def mask_map(rule: str, load_model: str, group: dict, kept: Iterable[int],
     return ChunkMap(
         title=title or f"{rule}, load model {load_model}", rule=rule, load_model=load_model,
         rows=(row,), lo=0, hi=max(horizon, 1), segment_chunks=segment_chunks(group),
-        counts=counts(kept_s, ld, ld),
+        whole=not any(c >= horizon for c in kept_s | ld),
     )
 
 
 def clipped(m: ChunkMap, lo: int, hi: int) -> ChunkMap:
-    """``m`` restricted to chunks ``[lo, hi)`` (counts stay whole-request)."""
+    """``m`` restricted to chunks ``[lo, hi)`` (and so are its counts)."""
     rows = tuple(replace(r, cells={k: _clip(v, lo, hi) for k, v in r.cells.items()})
                  for r in m.rows)
-    return replace(m, rows=rows, lo=lo, hi=hi)
+    return replace(m, rows=rows, lo=lo, hi=hi, whole=m.whole and lo <= m.lo and hi >= m.hi)
 
 
 def panel_title(m: ChunkMap) -> str:
     c = m.counts
-    return (f"{m.title}: stored {c['stored']}, loadable {c['loadable']}, "
+    return (f"{m.title}, {m.range_text}: stored {c['stored']}, loadable {c['loadable']}, "
             f"wasted {c['wasted']}, missed {c['missed']}")
 
 
@@ -242,6 +288,9 @@ STYLE: dict[str, tuple[str, float, str | None]] = {
     SUBMITTED_WASTED: ("#d62728", 0.6, "stored, not loadable (wasted)"),
     EARLIER_WASTED: ("#d62728", 0.34, None),
     WASTED: ("#d62728", 0.6, None),
+    LOOKUP_LOADED: ("#2ca02c", 0.6, "later lookup loads"),
+    LOOKUP_RUN: ("#b7e0b0", 0.6, "later lookup asks for, stored"),
+    LOOKUP_MISSING: ("#7b2cbf", 0.6, "later lookup asks for, never stored"),
 }
 HASH_SALT = "kvreach"
 FORMATS = (".png", ".svg")
@@ -273,7 +322,7 @@ def _draw_panel(ax, m: ChunkMap, index: int) -> None:
         if m.lo <= row.frontier <= m.hi:
             ax.plot([row.frontier, row.frontier], [base - 0.4, base + 0.4],
                     color="black", linewidth=1.0)
-        bad = row.chunks(SUBMITTED_WASTED, WASTED)
+        bad = row.chunks(SUBMITTED_WASTED, WASTED, LOOKUP_MISSING)
         for start, length in runs(bad):
             txt = f"{start}" if length == 1 else f"{start}-{start + length - 1}"
             ax.annotate(txt, (start + length / 2, base + 0.3), xytext=(0, 0.5),
@@ -336,8 +385,10 @@ def draw(maps: Sequence[ChunkMap], out: Path, suptitle: str | None = None) -> li
             _draw_panel(ax, m, i)
         axes[-1].set_xlabel("chunk index (black tick: the row's storable chunks, the final "
                             "horizon in the last row; grid: segments)", fontsize=8)
-        handles = [Patch(facecolor=c, label=lab) for c, _, lab in STYLE.values() if lab]
-        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles),
+        looked = any(r.label.startswith(LOOKUP_ROW) for m in maps for r in m.rows)
+        handles = [Patch(facecolor=c, label=lab) for cat, (c, _, lab) in STYLE.items()
+                   if lab and (looked or not cat.startswith("lookup"))]
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6),
                    fontsize=8, frameon=False)
         if suptitle:
             lines = [textwrap.fill(x, 170) for x in suptitle.splitlines()]

@@ -131,6 +131,10 @@ def check_limits(s: Scenario) -> None:
             raise ParamError(name, v, f"an integer >= {lo}")
         if v is not None and v > MAX_INT:
             raise ParamError(name, v, f"an integer <= 2**63 - 1 ({MAX_INT})")
+    if s.retention_interval is not None and s.full_block_size is None:
+        raise ParamError("retention_interval", s.retention_interval,
+                         "--full-block-size as well (a retention interval is kept before "
+                         "full-attention boundaries; without a full-attention group omit it)")
     if s.prompt > MAX_TOKENS:
         raise ParamError("prompt", s.prompt, f"at most {MAX_TOKENS:,} tokens (kvreach's limit)")
     if s.prompt + s.decode > MAX_TOKENS:

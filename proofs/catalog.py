@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from kvreach.params import RULES
 from kvreach.proofs.framework import Role
 from kvreach.proofs import obligations, versions
 from kvreach.proofs.obligations import OBLIGATIONS
@@ -171,10 +172,15 @@ def _scope_split(rows: list[dict]) -> tuple[str, dict[str, str]]:
     return base.rstrip(";"), {s: s[len(base):].strip() for s in scopes}
 
 
+def _each(what: str, values) -> str:
+    vals = [f"`{v}`" for v in values]
+    return f"{what}: " + (vals[0] if len(vals) == 1 else "each of " + ", ".join(vals))
+
+
 def _rule_text(name: str) -> str:
     ob = OBLIGATIONS[name]
     parts = [
-        "rule: each of `vllm-0.29`, `vllm-0.33`" if ob.rule_specific
+        _each("rule", ob.rules or RULES) if ob.rule_specific
         else "rule: `any` (does not depend on the store rule; checked with `vllm-0.33`'s symbols)",
         "load model: each of `aligned`, `intended`" if ob.model_specific
         else "load model: `any` (does not depend on it; checked with `intended`)",
@@ -224,17 +230,22 @@ def render(results: dict, findings_md: str = "") -> str:
         "",
         "## How to read it",
         "",
-        "- **rule**: the store rule checked, `vllm-0.29` (before PR #54362) or `vllm-0.33`; "
-        "`any` when the obligation does not depend on the rule.",
+        "- **rule**: the store rule checked, `vllm-0.29` (vLLM 0.29.0's, before PR #54362), "
+        "`vllm-0.33` (vLLM 0.30.0 .. 0.33.0's) or `lookup-window` (kvreach's: keeps the run "
+        "vLLM's offload lookup verifies, [findings.md](findings.md) F6); `any` when the "
+        "obligation does not depend on the rule.",
         "- **vLLM**: the vLLM releases the row is about: those whose store rule is the row's "
         "rule and that agree in every part of their code the obligation reads (its lookup, its "
         "cursor; `kvreach/releases.py`, one record per distinct release); kvreach's own rule and "
         "lookup variant are scored against 0.33.0's. The release × obligation matrix is "
         "[versions.md](versions.md).",
-        "- **load model**: which later hits the stores are checked against, `aligned` (what vLLM's "
-        "lookup produces) or `intended` (plus a hit at the request's own final horizon, the PR's "
-        "premise), see [spec.md](spec.md#load-models-the-lookup-and-two-approximations-of-it); `any` when the "
-        "obligation does not depend on it.",
+        "- **load model**: which later hits the stores are checked against, one of two "
+        "approximations of vLLM's offload lookup: `aligned` (a hit at every alignment boundary, "
+        "the premise that hits are aligned; it is not what the lookup loads, findings F4) or "
+        "`intended` (plus a hit at the request's own final horizon, the PR's premise), see "
+        "[spec.md](spec.md#load-models-the-lookup-and-two-approximations-of-it); `any` when the "
+        "obligation does not depend on it (the `lookup-*`, `hit-preservation*` and `no-waste*` "
+        "rows use vLLM's lookup itself).",
         "- **scope**: what the verdict covers beyond the part common to every row (below).",
         "- **expected** / **last verdict**: `proved` (every solver query unsat; lifecycle rows also "
         "need the rule's `invariant` proved) or `counterexample` (a concrete model, decoded; for "

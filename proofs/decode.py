@@ -98,9 +98,13 @@ def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = N
     stored = list(trace.stored)
     if obligation.startswith("hit-preservation"):  # and the lookup variant's rows
         r = later_lookup_of(trace, cex)
+        span = lambda rg: [rg.start, rg.stop] if len(rg) else []  # noqa: E731
         cex["later_lookup"] = {"hit_tokens": r.rule.hit_tokens,
                                "dense_hit_tokens": r.dense.hit_tokens,
-                               "missing_chunks": list(r.missing[-1])}
+                               "missing_chunks": list(r.missing[-1]),
+                               # the SWA group's runs: loaded with the rule's stores, with dense
+                               "loaded": span(r.rule.loaded[-1]),
+                               "dense_loaded": span(r.dense.loaded[-1])}
         lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
         return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
     if obligation == "soundness":

@@ -118,7 +118,7 @@ def test_simulate_human_output():
     out = r.stdout
     assert "stored (137)" in out
     assert f"not loadable: {WASTED_TEXT}" in out
-    assert f"stored-not-loadable (2): {WASTED_TEXT}" in out
+    assert f"stored-not-loadable under intended (2): {WASTED_TEXT}" in out
     assert f"0->{FRONTIER}" in out and f"{FRONTIER}->{PROMPT_CHUNKS}" in out
     r = invoke("simulate", "--rule", "vllm-0.33", *PR, "--abort-after-step", "1", "--async")
     assert r.exit_code == 0, r.stderr

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from kvreach.cli import app
 from kvreach.conform import MAX_CASES
+from kvreach.models import PRESETS
 from kvreach.params import LOAD_MODELS, MAX_INT, MAX_TOKENS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.scenarios import PR_54362, example_flags
@@ -54,7 +55,8 @@ MINIMUM = {
 LIMIT = {"--prompt": MAX_TOKENS, "--decode": MAX_TOKENS, "--later-prompt": MAX_TOKENS,
          "--cases": MAX_CASES}
 CHOICES = {"--rule": RULES, "--load-model": LOAD_MODELS, "--obligation": tuple(OBLIGATIONS),
-           "--compare": RULES, "--vllm": tuple(v for r in RELEASES for v in r.names)}
+           "--compare": RULES, "--vllm": tuple(v for r in RELEASES for v in r.names),
+           "--model": tuple(PRESETS)}
 
 
 def base(command: str, tmp: Path) -> list[str]:
@@ -337,3 +339,61 @@ def test_a_failed_json_write_does_not_skip_junit(tmp):
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and r.stderr.count("error: ") == 1 and "--json=/dev/full" in r.stderr
     assert (tmp / "j.xml").read_text().startswith("<?xml")
+
+
+# --- options once accepted and silently ignored: refused, one line each -------
+
+LOOKUP = ["lookup", "--rule", "vllm-0.33", *PR]  # a 1200-token prompt, SWA chunks of 4 tokens
+
+
+@pytest.mark.parametrize("args, value, expected", [
+    (["simulate", "--rule", "vllm-0.33", *PR[2:], "--retention-interval", "0"],
+     "--retention-interval=0", "--full-block-size"),
+    (["plot", "--rule", "vllm-0.33", *PR[2:], "--retention-interval", "8", "--out", "m.png"],
+     "--retention-interval=8", "--full-block-size"),
+    ([*LOOKUP, "--later-diverges-at", "1201"], "--later-diverges-at=1201", "at most 1200"),
+    ([*LOOKUP, "--later-prompt", "500", "--later-diverges-at", "600"],
+     "--later-diverges-at=600", "at most 500"),
+    ([*LOOKUP, "--later-evicted", "swa:300"], "--later-evicted=swa:300", "swa:0 to swa:299"),
+    ([*LOOKUP, "--later-evicted", "full:30-40"], "--later-evicted=full:30-40",
+     "full:0 to full:32"),
+    ([*LOOKUP, "--later-prompt", "400", "--later-evicted", "swa:100"],
+     "--later-evicted=swa:100", "swa:0 to swa:99"),
+    ([*LOOKUP, "--load-model", "intended"], "--load-model=intended", "no --load-model"),
+    ([*LOOKUP, "--load-model", "aligned"], "--load-model=aligned", "no --load-model"),
+    (["prove", "--obligation", "hit-preservation", "--rule", "lookup-window", "--vllm", "0.29.0"],
+     "--vllm=0.29.0", "no proof row has --vllm 0.29.0 with --obligation hit-preservation"),
+    (["prove", "--obligation", "mask-equivalence", "--rule", "lookup-window"],
+     "--rule=lookup-window", "no proof row has --rule lookup-window"),
+])
+def test_ignored_options_are_refused(args, value, expected, tmp):
+    args = [str(tmp / a) if a == "m.png" else a for a in args]
+    r, calls, _ = invoke_counted(args)
+    assert_one_line_error(args, r)
+    assert r.stderr.startswith(f"error: {value}: expected "), r.stderr
+    assert expected in r.stderr, r.stderr
+    assert calls < REFUSAL_CALLS, calls
+
+
+@pytest.mark.parametrize("args", [
+    [*LOOKUP, "--later-diverges-at", "1200"],
+    [*LOOKUP, "--later-evicted", "swa:299", "--later-evicted", "full:32"],
+])
+def test_the_edge_of_what_is_refused_is_accepted(args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_a_counterexample_without_a_tracked_chunk_says_no_none():
+    """A lookup counterexample tracks no chunk: its line names the replayed
+    chunks, never "chunk None"."""
+    from types import SimpleNamespace
+
+    from kvreach.cli.render import _cex_line
+
+    row = SimpleNamespace(obligation="load-reads-checked", rule="any", load_model="any",
+                          vllm="0.29.0", counterexample={"replayed_violation": [292, 293]})
+    line = _cex_line(row)
+    assert "None" not in line and "replayed violation chunks: 292-293" in line
+    row.counterexample = {"chunk": 7}
+    assert _cex_line(row).endswith(": chunk 7")

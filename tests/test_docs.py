@@ -106,9 +106,40 @@ def names(cell: str) -> list[str]:
 
 
 def test_index_repeats_the_readme_commands_verbatim():
-    readme = fenced_blocks((ROOT / "README.md").read_text(encoding="utf-8"))[:2]
-    index = fenced_blocks((DOCS / "index.md").read_text(encoding="utf-8"))[:2]
-    assert len(readme) == 2 and [b for _, b in index] == [b for _, b in readme]
+    """The "try this" block, then the two set-up commands, in both."""
+    readme = fenced_blocks((ROOT / "README.md").read_text(encoding="utf-8"))[:3]
+    index = fenced_blocks((DOCS / "index.md").read_text(encoding="utf-8"))[:3]
+    assert len(readme) == 3 and [b for _, b in index] == [b for _, b in readme]
+    assert readme[0][1].startswith("$ kvreach lookup ")
+    assert all(b.startswith("python3 -m venv .venv && ") for _, b in readme[1:])
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_try_this_block_prints_what_it_shows(page):
+    """Each ``$ kvreach ...`` line of the page's first block, run: every line
+    the block shows under it is a line of its output (the block may leave
+    lines out, never change one)."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from kvreach.cli import app
+
+    (_, body), = fenced_blocks((ROOT / page).read_text(encoding="utf-8"))[:1]
+    runs: list[tuple[list[str], list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            runs.append((shlex.split(line[2:]), []))
+        else:
+            runs[-1][1].append(line)
+    assert len(runs) == 2 and all(shown for _, shown in runs)
+    for args, shown in runs:
+        assert args[0] == "kvreach"
+        r = CliRunner().invoke(app, args[1:])
+        assert r.exit_code == 0, r.stderr
+        out = r.stdout.splitlines()
+        for line in shown:
+            assert line in out, (args, line, out)
 
 
 def test_index_links_every_page():

@@ -139,7 +139,56 @@ def test_chunks_zoom_clips_every_set(tmp_path, drawn):
         assert row.chunks(kplot.SUBMITTED, kplot.SUBMITTED_WASTED) == {
             c for c in s["submitted"] if 230 <= c < 260}
     assert m.row(kplot.END_ROW).chunks(kplot.WASTED) == WASTED
-    assert m.counts["stored"] == 137  # the title counts the whole request
+    assert m.counts["stored"] == len([c for c in swa["stored"] if 230 <= c < 260])
+    assert "chunks 230-259: stored" in kplot.panel_title(m)
+
+
+def _range_totals(swa: dict, lo: int, hi: int) -> dict[str, int]:
+    """simulate --json's sets summed over chunks [lo, hi)."""
+    def n(key: str) -> int:
+        return len({c for c in swa[key] if lo <= c < hi})
+    return {"stored": n("stored"), "loadable": n("loadable"),
+            "wasted": n("stored_not_loadable"), "missed": n("needed_not_stored")}
+
+
+@pytest.mark.parametrize("lo,hi", [(234, 262), (0, 300), (100, 101)])
+def test_zoomed_totals_count_the_drawn_range(lo, hi, tmp_path, drawn, monkeypatch):
+    """Every printed total (stdout, both panel titles) counts the drawn chunks
+    [lo, hi): summed from simulate --json's sets clipped to the range and
+    from the drawn bars, the two agree and are what is printed; the figure's
+    title is the command with --chunks."""
+    titles: list[str] = []
+    real_draw = kplot.draw
+
+    def spy(maps, out, suptitle=None):
+        titles.append(suptitle)
+        return real_draw(maps, out, suptitle=suptitle)
+
+    monkeypatch.setattr(kplot, "draw", spy)
+    r = invoke("plot", "--compare", "vllm-0.29", "vllm-0.33", *PR, "--chunks", f"{lo}:{hi}",
+               "--out", str(tmp_path / "z.png"))
+    assert r.exit_code == 0, r.stderr
+    assert f"--chunks {lo}:{hi}" in titles[-1]
+    maps = drawn[0]
+    lines = [x for x in r.stdout.splitlines() if ": stored " in x]
+    assert len(lines) == 2
+    for m, line in zip(maps, lines):
+        swa = sim_json(["--rule", m.rule, *PR])["groups"]["swa"]
+        want = _range_totals(swa, lo, hi)
+        end = m.row(kplot.END_ROW)  # as drawn (read back from the bars)
+        from_bars = {"stored": len(end.chunks(kplot.STORED, kplot.WASTED)),
+                     "loadable": len(end.chunks(kplot.STORED, kplot.LOADABLE, kplot.MISSED)),
+                     "wasted": len(end.chunks(kplot.WASTED)),
+                     "missed": len(end.chunks(kplot.MISSED))}
+        assert from_bars == want
+        assert m.counts == want
+        text = (f"stored {want['stored']}, loadable {want['loadable']}, "
+                f"wasted {want['wasted']}, missed {want['missed']}")
+        assert text in kplot.panel_title(m) and text in line
+        rng = f"chunks {lo}-{hi - 1}"
+        assert rng in kplot.panel_title(m) and rng in line
+    if (lo, hi) == (234, 262):  # the drawn range holds F1's two wasted chunks
+        assert [m.counts["wasted"] for m in maps] == [2, 0]
 
 
 def test_output_is_reproducible(tmp_path):
@@ -253,3 +302,24 @@ def test_prove_does_not_import_matplotlib():
     code = ("import sys, kvreach.cli, kvreach.plot; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_counterexample_plot_draws_the_later_lookup(tmp_path, drawn):
+    """hit-preservation's counterexample (F6): the map's last row is the later
+    request's lookup, with the chunk it asks for and was never stored (292)
+    and both hits; the text shows the lookup's sets, not an approximate load
+    model's (which have nothing missing here)."""
+    out = tmp_path / "f6.png"
+    r = invoke("counterexample", "hit-preservation", "--rule", "vllm-0.33", "--vllm", "0.33.0",
+               "--plot", str(out))
+    assert r.exit_code == 0, r.stderr
+    (m,) = drawn[0]
+    row = m.rows[-1]
+    assert row.label == "later lookup: hit 0, dense 1187"
+    assert row.chunks(kplot.LOOKUP_MISSING) == {292}
+    assert row.chunks(kplot.LOOKUP_LOADED) == set()
+    assert row.chunks(kplot.LOOKUP_RUN) == {293, 294, 295, 296}
+    assert m.end.label == kplot.END_ROW and 292 not in m.end.chunks(kplot.STORED, kplot.WASTED)
+    assert "asked for by the later lookup, never stored (1): 292" in r.stdout
+    assert "needed-not-stored" not in r.stdout
+    assert "later lookup: hit 0, dense 1187: loads -; asks for, never stored: 292" in r.stdout

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import _from_param_error
+from kvreach.cli._common import CliError, _from_param_error
+from kvreach.models import PRESETS
 from kvreach.params import LOAD_MODELS, MAX_CHUNKS, MAX_STEPS, MAX_TOKENS, ParamError
 from kvreach.scenario import Scenario, run_scenario
 
@@ -42,8 +43,9 @@ class _Opt:
 
 # The scenario options, in --help order.
 SCENARIO_OPTIONS: list[_Opt] = [
-    _Opt("swa_block_size", "--swa-block-size", int, help="SWA block_size (tokens)"),
-    _Opt("window", "--window", int, help="sliding window W (tokens)"),
+    _Opt("swa_block_size", "--swa-block-size", Optional[int], None,
+         "SWA block_size (tokens; or --model)"),
+    _Opt("window", "--window", Optional[int], None, "sliding window W (tokens; or --model)"),
     _Opt("prompt", "--prompt", int, help=f"prompt tokens (at most {MAX_TOKENS:,}, and at most "
          f"{MAX_CHUNKS:,} SWA chunks)"),
     _Opt("budget", "--budget", int, help="per-step token budget (max_num_batched_tokens; at "
@@ -81,6 +83,39 @@ SCENARIO_OPTIONS: list[_Opt] = [
 ]
 
 
+MODEL_OPTION = _Opt("model", "--model", Optional[str], None,
+                    "a real model's groups instead of --full-block-size, --swa-block-size and "
+                    "--window (and --eagle for an MTP group): one of " + ", ".join(PRESETS))
+GEOMETRY = {"full_block_size": "--full-block-size", "swa_block_size": "--swa-block-size",
+            "window": "--window"}
+
+
+def _with_model(model: str | None, fields: dict) -> dict:
+    """The scenario's fields with ``--model``'s groups filled in; one line
+    for an unknown model, a model given with the geometry it sets, or
+    neither given."""
+    if model is None:
+        for name in ("swa_block_size", "window"):
+            if fields[name] is None:
+                raise CliError(GEOMETRY[name], "(missing)",
+                               "an integer >= 1, or --model NAME (one of "
+                               + ", ".join(PRESETS) + ")")
+        return fields
+    preset = PRESETS.get(model)
+    if preset is None:
+        raise CliError("--model", model, "one of " + ", ".join(PRESETS))
+    given = [GEOMETRY[n] for n in GEOMETRY if fields[n] is not None]
+    if given:
+        raise CliError("--model", model, "no " + ", ".join(given) + " beside it (the model "
+                       f"sets them: --full-block-size {preset.full_block_size} --swa-block-size "
+                       f"{preset.swa_block_size} --window {preset.window})")
+    return fields | {
+        "full_block_size": preset.full_block_size, "swa_block_size": preset.swa_block_size,
+        "window": preset.window, "eagle": fields["eagle"] or preset.eagle,
+        "extra_retained_tokens": fields["extra_retained_tokens"] or preset.extra_retained_tokens,
+    }
+
+
 def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     """Give command ``fn`` the scenario options of :data:`SCENARIO_OPTIONS`
     after its own; ``fn`` receives them as one ``scenario: Scenario``."""
@@ -89,12 +124,23 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
         for p in inspect.signature(fn).parameters.values() if p.name != "scenario"
     ]
-    shared = [o.parameter() for o in SCENARIO_OPTIONS]
+    # a scenario option ``fn`` declares itself (to tell "given" from "left
+    # out": default None) is ``fn``'s; the scenario gets its default when None
+    mine = {p.name for p in own}
+    shared = [MODEL_OPTION.parameter()] + [o.parameter() for o in SCENARIO_OPTIONS
+                                           if o.name not in mine]
+
+    def value(o: _Opt, kw: dict) -> object:
+        if o.name not in mine:
+            return kw.pop(o.name)
+        v = kw[o.name]
+        return o.default if v is None else v
 
     @functools.wraps(fn)
     def command(**kw: object) -> None:
-        scenario = Scenario(**{o.name: kw.pop(o.name) for o in SCENARIO_OPTIONS})
-        return fn(scenario=scenario, **kw)
+        model = kw.pop(MODEL_OPTION.name)
+        fields = _with_model(model, {o.name: value(o, kw) for o in SCENARIO_OPTIONS})
+        return fn(scenario=Scenario(**fields), **kw)
 
     # fn's positional parameters first (e.g. --rule), then the scenario, then
     # fn's keyword-only ones (e.g. --json)

@@ -155,6 +155,8 @@ def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
     title = f"{obligation} counterexample: {rule}, load model {model}"
     if cex.get("trace") is not None:
         m = kplot.chunk_map(cex["trace"], title=title)
+        if cex.get("later_lookup", {}).get("dense_loaded") is not None:
+            m = kplot.with_lookup(m, cex["later_lookup"])  # the lost hit, drawn
         bad = cex.get("replayed_violation") or []
     else:
         kept, wanted = replay_mask(cex, rule, model)
@@ -162,7 +164,8 @@ def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
                            cex["final_horizon_chunks"], title=title)
         bad = sorted(kept ^ wanted)
     g, req = cex["config"]["group"], cex["config"]["request"]
-    sup = f"replayed violation chunks: {ranges(bad)}; tracked chunk {cex.get('chunk')}\n"
+    sup = f"replayed violation chunks: {ranges(bad)}"
+    sup += ("" if cex.get("chunk") is None else f"; tracked chunk {cex['chunk']}") + "\n"
     sup += _config_line(g, req, cex.get("lifecycle"))
     png, svg = kplot.out_paths(out_file)
     drawn = _draw("--plot", out_file, [m], sup)

@@ -17,7 +17,7 @@ from kvreach.cli._common import (CliError, VllmOpt, _check_choice, _from_param_e
                                  _release)
 from kvreach.cli._options import _run_scenario, _scenario_command
 from kvreach.cli.render import _config_line, lookup_side, ranges, store_side, write_json
-from kvreach.params import MAX_CHUNKS, RULES, ParamError, check_load_model, check_rule
+from kvreach.params import MAX_CHUNKS, RULES, ParamError, check_rule
 from kvreach.scenario import Scenario, lookup_groups
 
 LATER_FLAGS = {
@@ -48,6 +48,9 @@ def lookup(
         help="chunks the tier evicted before the later lookup, e.g. swa:3 or full:10-11 "
              "(repeatable; a MISS under the rule's and dense stores)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    load_model: Annotated[Optional[str], typer.Option(
+        "--load-model", help="not taken: the lookup loads what vLLM X's own lookup loads "
+        "(the approximate load models are for simulate, plot and counterexample)")] = None,
     scenario: Scenario,
 ) -> None:
     """The later request's offload hit, as vLLM X's lookup finds it (--vllm X,
@@ -58,12 +61,16 @@ def lookup(
 
     _check_choice("--rule", rule, check_rule)
     release = _release(vllm)
-    _check_choice("--load-model", scenario.load_model, check_load_model)
+    if load_model is not None:
+        raise CliError("--load-model", load_model,
+                       "no --load-model with `kvreach lookup`: it loads what vLLM X's own "
+                       "lookup loads (the approximate load models are for simulate, plot "
+                       "and counterexample)")
     groups = lookup_groups(scenario, release)
-    evicted = _evicted(later_evicted or [], groups)
+    n = scenario.prompt if later_prompt is None else later_prompt
+    evicted = _evicted(later_evicted or [], groups, n)
     trace = _run_scenario(release if rule is None else rule, scenario, release)
     try:
-        n = scenario.prompt if later_prompt is None else later_prompt
         r = later_lookup(groups, trace, n, later_diverges_at, later_local_hit,
                          later_max_load_tokens, parts=lookup_parts(release), evicted=evicted)
     except ParamError as e:
@@ -99,8 +106,10 @@ def lookup(
                      if g["unchecked_chunks"] else ""), markup=False, soft_wrap=True)
 
 
-def _evicted(values: list[str], groups: tuple) -> tuple[tuple[int, ...], ...]:
-    """``--later-evicted`` values (``swa:3``, ``full:10-11``) as chunks per group."""
+def _evicted(values: list[str], groups: tuple, later_tokens: int) -> tuple[tuple[int, ...], ...]:
+    """``--later-evicted`` values (``swa:3``, ``full:10-11``) as chunks per
+    group; a chunk past the later request's ``later_tokens`` (one its lookup
+    never asks for) is refused."""
     out: list[set[int]] = [set() for _ in groups]
     kinds = {"full": [i for i, g in enumerate(groups) if not g.is_swa],
              "swa": [i for i, g in enumerate(groups) if g.is_swa]}
@@ -119,5 +128,10 @@ def _evicted(values: list[str], groups: tuple) -> tuple[tuple[int, ...], ...]:
         if last - first >= MAX_CHUNKS:
             raise CliError("--later-evicted", v, f"at most {MAX_CHUNKS:,} chunks per range")
         for gi in kinds[kind]:
+            n = later_tokens // groups[gi].chunk_tokens  # the later request's whole chunks
+            if last >= n:
+                raise CliError("--later-evicted", v, f"chunks of the later request: {kind}:0 "
+                               f"to {kind}:{n - 1} ({later_tokens} tokens, "
+                               f"{groups[gi].chunk_tokens} a chunk)")
             out[gi].update(range(first, last + 1))
     return tuple(tuple(sorted(e)) for e in out)

@@ -124,5 +124,8 @@ def plot(
     except ValueError as e:
         raise CliError("--chunks", chunks or "(whole request)", str(e)) from None
     maps = [kplot.chunk_map(tj, lo, hi) for tj in tjs]
-    drawn = _draw("--out", out_file, maps, "kvreach plot " + _scenario_flags(scenario, rules))
+    command = "kvreach plot " + _scenario_flags(scenario, rules)
+    if zoom is not None:
+        command += f" --chunks {lo}:{hi}"
+    drawn = _draw("--out", out_file, maps, command)
     _print_drawn(_out(), drawn, png, svg)

@@ -62,6 +62,8 @@ def prove(
     previous = os.environ.get(cache.ENV)
     os.environ[cache.ENV] = "0" if no_cache else "1"
     todo = list(runner.rows_for(obligation, rule, load_model, vllm))
+    if not todo:
+        _empty_selection(obligation, rule, load_model, vllm)
     order = run_order(todo)  # the order pool.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
     out, err = (_err() if to_stdout else _out()), _err()
@@ -108,6 +110,32 @@ def prove(
         raise typer.Exit(2)
     if not rows or n_ok != len(rows):
         raise typer.Exit(1)
+
+
+def _empty_selection(obligation: str | None, rule: str | None, load_model: str | None,
+                     vllm: str | None) -> None:
+    """No row matches the options: one line naming the last narrowing option
+    and the values it could take with the others kept."""
+    from kvreach.proofs import runner
+
+    given = {"--obligation": obligation, "--rule": rule, "--load-model": load_model,
+             "--vllm": vllm}
+    sel = dict(obligation=obligation, rule=rule, model=load_model, vllm=vllm)
+    flag = [f for f, v in given.items() if v is not None][-1]
+    key = {"--obligation": "obligation", "--rule": "rule", "--load-model": "model",
+           "--vllm": "vllm"}[flag]
+    others = " ".join(f"{f} {v}" for f, v in given.items() if v is not None and f != flag)
+    if key == "vllm":
+        from kvreach.releases import RELEASES
+
+        ok = [r.names[-1] for r in RELEASES
+              if any(True for _ in runner.rows_for(**(sel | {"vllm": r.names[-1]})))]
+    else:
+        pos = {"obligation": 0, "rule": 1, "model": 2}[key]
+        ok = sorted({row[pos] for row in runner.rows_for(**(sel | {key: None}))} - {"any"})
+    why = f"no proof row has {flag} {given[flag]}" + (f" with {others}" if others else "")
+    raise CliError(flag, given[flag], (f"one of {', '.join(ok)} here" if ok else
+                                       "another selection") + f" ({why})")
 
 
 def _cpu_seconds() -> float:

@@ -186,9 +186,11 @@ def _sets_summary(console: Console, stored: list[int], loadable: set[int],
                   soft_wrap=True)
     snl, nns = sorted(st - loadable), sorted(needed - st)
     style = "red" if snl else "green"
-    console.print(f"[{style}]stored-not-loadable[/] ({len(snl)}): {ranges(snl)}", soft_wrap=True)
+    console.print(f"[{style}]stored-not-loadable[/] under {model} ({len(snl)}): {ranges(snl)}",
+                  soft_wrap=True)
     style = "red" if nns else "green"
-    console.print(f"[{style}]needed-not-stored[/] ({len(nns)}): {ranges(nns)}", soft_wrap=True)
+    console.print(f"[{style}]needed-not-stored[/] under {model} ({len(nns)}): {ranges(nns)}",
+                  soft_wrap=True)
 
 
 def _mark(b: bool | None) -> str:
@@ -204,15 +206,18 @@ def _cex_line(row) -> str:
     cfg = cex.get("config", {})
     g, r = cfg.get("group", {}), cfg.get("request", {})
     lc = cex.get("lifecycle")
-    s = f"{row.obligation} {row.rule} {row.load_model} vllm {row.vllm}: chunk {cex.get('chunk')}"
+    # a counterexample about one chunk names it; a lookup's has no tracked
+    # chunk (its replayed chunks and configuration say what it is)
+    parts = [] if cex.get("chunk") is None else [f"chunk {cex['chunk']}"]
     if g:
-        s += "; " + _config_line(g, r, lc)
+        parts.append(_config_line(g, r, lc))
     if "final_horizon_chunks" in cex:
-        s += f"; final_horizon_chunks={cex['final_horizon_chunks']}"
-        s += f" boundary_block={cex.get('boundary_block')}"
+        parts.append(f"final_horizon_chunks={cex['final_horizon_chunks']}"
+                     f" boundary_block={cex.get('boundary_block')}")
     if "replayed_violation" in cex:
-        s += f"; replayed violation chunks: {ranges(cex['replayed_violation'])}"
-    return s
+        parts.append(f"replayed violation chunks: {ranges(cex['replayed_violation'])}")
+    return (f"{row.obligation} {row.rule} {row.load_model} vllm {row.vllm}: "
+            + ("; ".join(parts) or "no chunk tracked"))
 
 
 def _prove_table(rows: list) -> Table:
@@ -330,16 +335,23 @@ def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> N
             f"{i}:{s['kind']} sched={s['scheduled_tokens']} n={s['num_chunks']}"
             f"{' submits tracked chunk' if s['submitted_tracked_chunk'] else ''}"
             for i, s in enumerate(spec, 1)), markup=False, soft_wrap=True)
-    _sets_summary(out, list(trace["stored"]), loadable, set(trace.get("needed", [])), model)
-    out.print(f"[bold]replayed violation chunks[/]: {ranges(cex.get('replayed_violation') or [])}",
-              soft_wrap=True)
     lr, ll = cex.get("later_request"), cex.get("later_lookup")
     if lr and ll:
+        # a lookup obligation: what vLLM's lookup loads is the measure, not an
+        # approximate load model's sets (which can show nothing missing here)
+        stored = list(trace["stored"])
+        out.print(f"[bold]stored[/] ({len(stored)}): {ranges(stored)}", soft_wrap=True)
+        style = "red" if ll["missing_chunks"] else "green"
         out.print(f"later request: {lr['num_tokens']} tokens, shares {lr['shared_tokens']}, "
                   f"GPU-local hit {lr['local_hit_tokens']}, max_load_tokens {lr['max_load_tokens']}; "
                   f"offload hit {ll['hit_tokens']} with the rule's stores, "
-                  f"{ll['dense_hit_tokens']} with dense stores; dense loads, not stored: "
-                  f"{ranges(ll['missing_chunks'])}", markup=False, soft_wrap=True)
+                  f"{ll['dense_hit_tokens']} with dense stores", markup=False, soft_wrap=True)
+        out.print(f"[{style}]asked for by the later lookup, never stored[/] "
+                  f"({len(ll['missing_chunks'])}): {ranges(ll['missing_chunks'])}", soft_wrap=True)
+    else:
+        _sets_summary(out, list(trace["stored"]), loadable, set(trace.get("needed", [])), model)
+    out.print(f"[bold]replayed violation chunks[/]: {ranges(cex.get('replayed_violation') or [])}",
+              soft_wrap=True)
 
 
 def _print_replay_on_vllm(out: Console, v: dict) -> None:
@@ -383,13 +395,18 @@ def _print_vllm_replay(out: Console, cex: dict) -> None:
 
 
 def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
-    from kvreach.plot import MISSED, WASTED, panel_title
+    from kvreach.plot import LOOKUP_LOADED, LOOKUP_MISSING, LOOKUP_ROW, MISSED, WASTED, panel_title
 
     for m in drawn:
-        end = m.rows[-1]  # the end state (or a mask's single row)
-        console.print(f"{panel_title(m)}; drawn chunks {m.lo}-{m.hi - 1}: "
-                      f"wasted {ranges(end.chunks(WASTED))}, missed {ranges(end.chunks(MISSED))}",
+        end = m.end
+        console.print(f"{panel_title(m)}; wasted {ranges(end.chunks(WASTED))}, "
+                      f"missed {ranges(end.chunks(MISSED))}",
                       markup=False, soft_wrap=True)
+        for r in m.rows:
+            if r.label.startswith(LOOKUP_ROW):
+                console.print(f"{r.label}: loads {ranges(r.chunks(LOOKUP_LOADED))}; asks for, "
+                              f"never stored: {ranges(r.chunks(LOOKUP_MISSING))}",
+                              markup=False, soft_wrap=True)
     console.print(f"wrote {png} and {svg}", markup=False, soft_wrap=True)
 
 
