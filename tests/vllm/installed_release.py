@@ -42,10 +42,30 @@ def record() -> R.Release:
     return R.release(INSTALLED)
 
 
+def twin_release():
+    """The ``release`` argument of the harness's replays and twins for the
+    installed vLLM: None (0.33.0's own twin) on 0.33.0, else kvreach's record
+    of the installed release (skip while there is none)."""
+    return None if INSTALLED == "0.33.0" else record()
+
+
 def recorder_and_twin():
     """``kvreach.vllm_harness.lookups.recorder_and_twin`` for the installed
-    release: 0.33.0's own twin on 0.33.0, the release record's elsewhere
-    (skip while kvreach has no record of it)."""
+    release (:func:`twin_release`)."""
     from kvreach.vllm_harness.lookups import recorder_and_twin as rt
 
-    return rt(None if INSTALLED == "0.33.0" else record())
+    return rt(twin_release())
+
+
+def twin_hit(groups, later, content) -> int | None:
+    """kvreach's lookup of the installed release: hit tokens of ``later``
+    against ``content`` over the lookup ``groups``."""
+    from kvreach.impl.lookup import lookup, lookup_hit_tokens
+
+    r = twin_release()
+    if r is None:
+        return lookup_hit_tokens(groups, later, content)
+    from kvreach.impl import release as release_params
+
+    return lookup([release_params.with_lookup_of(r, g) for g in groups], later, content,
+                  parts=release_params.lookup_parts(r)).hit_tokens
