@@ -196,6 +196,22 @@ FINDINGS: tuple[Finding, ...] = (
                     Outcome(("0.33.0",), same_step_error=""),
                 ), args=("--same-step",), cex=("exactly-once-restarts", "vllm-0.33", "0.30.0")),
             )),
+    Finding("F13", "vLLM 0.29.0 .. 0.33.0 store a request finished with FINISHED_ERROR up to its "
+            "whole prompt, chunks whose tokens were never computed; 0.34.0 caps the finish by "
+            "the computed tokens and stores none",
+            "computed-before-stored-restarts",
+            no_scenario="the error finish is a transition of world \"vllm\" (the proof run's "
+            "counterexample, decoded by kvreach counterexample computed-before-stored-restarts); "
+            "tests/vllm/test_error_finish_vllm.py runs the 8-token case on the installed "
+            "release's scheduler"),
+    Finding("F14", "vLLM 0.34.0 with lookahead block hashes takes the prompt's hashed end as "
+            "its final horizon and stores a final-segment tail no later lookup loads "
+            "(chunk 4 of a 14-token prompt, chunk 292 of PR #54362's 1188-token geometry)",
+            "reading 0.34.0's _calc_num_offloadable_tokens and replaying it on its scheduler",
+            no_scenario="the spec evaluator and the proof run have no lookahead-hash parameter "
+            "(every row about 0.34.0 is about L = 0); kvreach simulate --hash-lookahead-tokens 1 "
+            "shows it and tests/vllm/test_release_0_34_0_vllm.py (-k hashed) checks it on "
+            "0.34.0's scheduler"),
 )
 
 
