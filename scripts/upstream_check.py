@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Check the upstream patch docs/upstream/lookup-window.patch on vLLM 0.33.0.
+"""Check the upstream patch docs/upstream/lookup-window*.patch on its vLLM release.
 
-    python scripts/upstream_check.py [--cases N] [--seed S] [--json FILE]
+    python scripts/upstream_check.py [--vllm 0.34.0|0.33.0] [--cases N] [--seed S]
+                                     [--json FILE] [--skip tests,replays,diff,horizon]
 
-Unpacks vLLM 0.33.0's sdist into a temporary folder, applies the patch with
-``patch -p1``, and on the patched tree with vLLM's STOCK
-``OffloadingConnector`` (no kvreach class anywhere in these runs):
+``--vllm`` picks the release (default 0.34.0, the current one; 0.33.0 stays
+supported): its patch is docs/upstream/lookup-window-0.34.0.patch or
+docs/upstream/lookup-window.patch (0.33.0). The script unpacks that release's
+sdist into a temporary folder, applies the patch with ``patch -p1``, and on
+the patched tree with vLLM's STOCK ``OffloadingConnector`` (no kvreach class
+anywhere in these runs):
 
 (a) vLLM's own offloading scheduler tests
     (tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py, the
@@ -15,33 +19,48 @@ Unpacks vLLM 0.33.0's sdist into a temporary folder, applies the patch with
     with stock tests, patched vLLM with patched tests, stock vLLM with patched
     tests. Passes when (1) the stock tests that pass stock and fail on the
     patched vLLM are exactly scripts/vllm_own_tests_lookup_window.txt (the
-    tests pinning 0.33.0's stored sets), (2) every test passing stock passes
-    on the patched tree with the patched tests, the patch's new tests too,
-    and (3) stock vLLM with the patched tests fails exactly the cases of (1)
-    and the new tests (the updated tests tell the two apart);
+    tests pinning the release's stored sets; the same ten cases in 0.33.0 and
+    0.34.0), (2) every test passing stock passes on the patched tree with the
+    patched tests, the patch's new tests too, and (3) stock vLLM with the
+    patched tests fails exactly the cases of (1) and the new tests (the
+    updated tests tell the two apart);
 (b) every F6 counterexample of ``hit-preservation`` (world (a)) and
     ``hit-preservation-neighbours`` (world (b)) for ``vllm-0.33``, as
     ``kvreach counterexample ... --rule vllm-0.33 --replay-vllm`` decodes and
-    replays them (kvreach's replay helpers, :func:`replay_helpers`): on the
-    patched tree the later request gets the dense hit; on the stock tree the
-    same replay still loses it (so the replay can tell); in world (b) the
-    SWA chunks the patched vLLM stored for each earlier request are
-    ``lookup-window``'s keep decision (``kvreach.impl.rules.store_step``);
+    replays them (kvreach's replay helpers, :func:`replay_helpers`; legacy
+    hashes, the harness's default): on the patched tree the later request gets
+    the dense hit; on the stock tree the same replay still loses it (so the
+    replay can tell; on 0.33.0 with kvreach's predicted numbers, on 0.34.0
+    those of ``vllm-0.33`` are shown beside vLLM's, kvreach's own 0.34.0 twin
+    being another part of kvreach); in world (b) the SWA chunks the patched
+    vLLM stored for each earlier request are ``lookup-window``'s keep decision
+    (``kvreach.impl.rules.store_step``);
 (c) a differential check of the patched ``_reachable_store_block_mask``
-    against kvreach's ``lookup-window`` (``kvreach.impl.rules.store_step``)
-    over a seeded random loop of geometries and ranges (``--cases``, default
-    20000), failing with the first differing input; the same loop on the
-    stock tree must find a difference.
+    against kvreach's ``lookup-window`` (``kvreach.impl.rules.store_step``),
+    chunk by chunk (a chunk is stored when any of its blocks is kept), over a
+    seeded random loop of geometries and ranges (``--cases``, default 20000;
+    on 0.34.0 with lookahead block hashes on or off, an EAGLE group under
+    lookahead compared with the rule's plain SWA group), failing with the
+    first differing input; the same loop on the stock tree must find a
+    difference;
+(d) 0.34.0 only: the hashed-end horizon case (full block 8, SWA block 2,
+    window 4, a 14-token prompt, budget 100, lookahead L=1): the SWA chunks
+    stock and patched vLLM store, and for every later request sharing a
+    prefix of the prompt (1 .. 30 tokens, each divergence point) its hit with
+    those stores, without chunk 4, and with dense stores.
 
 The patched tree is imported instead of the installed vllm by putting it
 first on PYTHONPATH in a subprocess (and running from it), for every part;
 each subprocess first checks that ``vllm`` resolves into its tree. Exit 0
-when every verdict holds, 1 otherwise, 2 on bad input. Needs vLLM 0.33.0's
-dependencies (the ``vllm`` extra), ``patch``, and this checkout.
+when every verdict holds, 1 otherwise, 2 on bad input. Needs the release's
+dependencies (the ``vllm`` extra at that release), ``patch``, and this
+checkout.
 
-The sdist: ``vllm-0.33.0.tar.gz`` under ``$VLLM_SRC_CACHE`` or
-``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if none has it, it is downloaded once into the last
-(``kvreach.vllm_sdist``: pip's package finder, the index pip is configured with).
+The sdist: ``vllm-<release>.tar.gz`` under ``$VLLM_SRC_CACHE`` or
+``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if it is not there, it is
+downloaded there once by ``kvreach.vllm_sdist`` (pip's own package finder:
+``pip download --no-binary`` would build it; only the index pip is configured
+with is asked, for that one release).
 """
 
 from __future__ import annotations
@@ -59,14 +78,23 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-VLLM_VERSION = "0.33.0"
 REPO = Path(__file__).resolve().parents[1]
-PATCH = REPO / "docs" / "upstream" / "lookup-window.patch"
+# release -> its patch; the default is the current release
+PATCHES = {
+    "0.34.0": REPO / "docs" / "upstream" / "lookup-window-0.34.0.patch",
+    "0.33.0": REPO / "docs" / "upstream" / "lookup-window.patch",
+}
+VLLM_VERSION = "0.34.0"
+PATCH = PATCHES[VLLM_VERSION]
+# the tests pinning the release's stored sets (the same ten cases in both)
 EXPECTED_STOCK_TESTS = REPO / "scripts" / "vllm_own_tests_lookup_window.txt"
 TEST_FILE = "tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py"
 SCHEDULER_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
 PATCHED_FILES = (SCHEDULER_FILE, TEST_FILE)
-ARCHIVE = f"vllm-{VLLM_VERSION}.tar.gz"
+
+
+def archive_name(version: str) -> str:
+    return f"vllm-{version}.tar.gz"
 
 
 class BadInput(Exception):
@@ -98,37 +126,30 @@ def replay_helpers():
 # ---------------------------------------------------------------------------
 
 
-def cache_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("VLLM_SRC_CACHE"):
-        dirs.append(Path(os.environ["VLLM_SRC_CACHE"]))
-    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    dirs.append(xdg / "kvreach" / "vllm-sdist")
-    return dirs
-
-
-def sdist_archive(fetch: bool = True) -> Path:
-    """vLLM 0.33.0's sdist archive from a cache, else downloaded once into
-    the user's cache (``kvreach.vllm_sdist``: pip's package finder)."""
-    for d in cache_dirs():
-        if (d / ARCHIVE).is_file():
-            return d / ARCHIVE
-    dest = cache_dirs()[-1]
-    if not fetch:
-        raise BadInput(f"sdist: {ARCHIVE} in none of {', '.join(map(str, cache_dirs()))}")
+def sdist_archive(version: str = VLLM_VERSION, fetch: bool = True) -> Path:
+    """The release's sdist archive, from kvreach's sdist cache
+    (``kvreach.vllm_sdist``: ``$VLLM_SRC_CACHE``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``), else downloaded there
+    once with pip's own package finder (the project's one sdist fetch)."""
     from kvreach import vllm_sdist
 
+    dest = vllm_sdist.cache_dir()
+    name = archive_name(version)
+    if (dest / name).is_file():
+        return dest / name
+    if not fetch:
+        raise BadInput(f"sdist: no {name} in {dest}")
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        return vllm_sdist.download(VLLM_VERSION, dest)
-    except OSError as e:
-        raise BadInput(f"sdist: vllm {VLLM_VERSION}: {e}") from None
+        return vllm_sdist.download(version, dest)
+    except (OSError, FileNotFoundError) as e:
+        raise BadInput(f"--vllm={version}: {e}") from None
 
 
 def unpack(archive: Path, dest: Path) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(dest, filter="data")
-    tree = dest / f"vllm-{VLLM_VERSION}"
+    tree = dest / archive.name.removesuffix(".tar.gz")
     if not (tree / TEST_FILE).is_file():
         raise BadInput(f"{archive}: no {TEST_FILE} in the unpacked sdist")
     return tree
@@ -152,15 +173,15 @@ def derived_tree(base: Path, dest: Path, files_from: Path, files: tuple[str, ...
     return dest
 
 
-def trees(work: Path) -> dict[str, Path]:
+def trees(work: Path, version: str = VLLM_VERSION) -> dict[str, Path]:
     """``{"stock": S/S, "patched": P/P, "patched-vllm": P/S, "stock-vllm": S/P}``
     (vLLM source / test file)."""
-    stock = unpack(sdist_archive(), work / "stock")
+    stock = unpack(sdist_archive(version), work / "stock")
     patched = work / "patched"
     shutil.copytree(stock, patched)
-    r = apply_patch(patched)
-    if r.returncode != 0:
-        raise SystemExit(f"FAIL: the patch does not apply to the {VLLM_VERSION} sdist:\n"
+    r = apply_patch(patched, PATCHES[version])
+    if r.returncode != 0 or "offset" in r.stdout or "fuzz" in r.stdout:
+        raise SystemExit(f"FAIL: the patch does not apply cleanly to the {version} sdist:\n"
                          f"{r.stdout}{r.stderr}")
     return {"stock": stock, "patched": patched,
             "patched-vllm": derived_tree(patched, work / "patched-vllm", stock, (TEST_FILE,)),
@@ -182,7 +203,8 @@ import sys, vllm
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler
 tree = sys.argv[1]
 assert vllm.__file__.startswith(tree) and scheduler.__file__.startswith(tree), (vllm.__file__, tree)
-print(int(hasattr(scheduler.OffloadingConnectorScheduler, "_lookup_window_chunk_mask")))
+print(int(any(hasattr(scheduler.OffloadingConnectorScheduler, m)
+              for m in ("_lookup_window_chunk_mask", "_lookup_window_block_mask"))))
 """
 
 
@@ -285,11 +307,11 @@ def check_own_tests(t: dict[str, Path], work: Path, log) -> dict:
     log(f"  not passing stock on this machine (excluded): {len(not_on_cpu)}")
     changed = changed_tests(t["stock"] / TEST_FILE, t["patched"] / TEST_FILE)
     ok = True
-    # (1) patched vLLM, stock tests: only the tests pinning 0.33.0's stored sets differ
+    # (1) patched vLLM, stock tests: only the tests pinning the release's stored sets differ
     differ = {n for n in passing if out["patched-vllm"].get(n) != "passed"}
     expected = expected_stock_differences()
     for n in sorted(differ | expected):
-        tag = "expected, pins 0.33" if n in differ and n in expected else (
+        tag = "expected, pins the release" if n in differ and n in expected else (
             "UNEXPECTED" if n in differ else "EXPECTED BUT PASSED")
         log(f"  patched vLLM, stock tests: {tag}: {n}")
     ok &= differ == expected
@@ -362,11 +384,32 @@ def lookup_window_one_shot(cex: dict) -> list[list[int]]:
         for q in cex["requests"]]
 
 
-def replay_all(patched: bool) -> dict:
+def replay_all(patched: bool, version: str) -> dict:
     """In a tree's subprocess: every F6 counterexample replayed with the
-    stock connector. -> one row per counterexample."""
+    stock connector. -> one row per counterexample. On stock 0.33.0 a row
+    holds when vLLM's numbers are kvreach's ``vllm-0.33`` prediction; on stock
+    0.34.0 when the hit is still lost (kvreach's ``vllm-0.33`` numbers are
+    shown beside it)."""
+    import contextlib
+    from unittest import mock
+
+    from kvreach.vllm_harness import replay as replay_module
+
     h = replay_helpers()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    rows = []
+    with contextlib.ExitStack() as stack:
+        if version != "0.33.0":
+            # kvreach's lookup twin models 0.33.0's lookup (0.34.0 moved the
+            # SWA "- 1" before the caps); its per-lookup cross-check waits for
+            # kvreach's 0.34.0 twin. The hits below are vLLM's own either way.
+            stack.enter_context(mock.patch.object(replay_module, "check",
+                                                  lambda *a, **k: None))
+        rows = _replay_rows(h, patched, version)
+    return {"rows": rows, "twin_checked": version == "0.33.0"}
+
+
+def _replay_rows(h, patched: bool, version: str) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d, h.hybrid_kv_cache_shim():
         model_dir = h.write_offline_model(d)
@@ -391,11 +434,13 @@ def replay_all(patched: bool) -> dict:
             if patched:
                 row["ok"] = row["hit"] == row["dense"] and (row["dense"] or 0) > 0 and \
                     row.get("stored_is_lookup_window", True)
-            else:  # stock vLLM must still show kvreach's counterexample
+            elif version == "0.33.0":  # stock vLLM must still show kvreach's counterexample
                 row["ok"] = [row["hit"], row["dense"]] == row["kvreach_vllm_033"] and \
                     (row["hit"] or 0) < (row["dense"] or 0) and row.get("stored_is_vllm_033", True)
+            else:  # stock 0.34.0 must still lose the hit
+                row["ok"] = (row["hit"] or 0) < (row["dense"] or 0)
             rows.append(row)
-    return {"rows": rows}
+    return rows
 
 
 # ---------------------------------------------------------------------------
@@ -403,7 +448,8 @@ def replay_all(patched: bool) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def random_case(rng: random.Random) -> dict:
+def random_case(rng: random.Random, lookahead_hashes: bool) -> dict:
+    """``lookahead_hashes``: the release has them (0.34.0): drawn, last."""
     B = rng.randint(1, 8)
     dcp = rng.choice((1, 1, 1, 2))
     bpc = rng.choice((1, 1, 2, 3, 4))
@@ -420,7 +466,7 @@ def random_case(rng: random.Random) -> dict:
         R = rng.choice((0, A * rng.randint(1, 4), C * rng.randint(1, 20)))
     prompt = rng.randint(1, 40 * C + 50)
     start = rng.randint(0, 50)
-    return {"block_size": B, "dcp_world_size": dcp, "blocks_per_chunk": bpc,
+    case = {"block_size": B, "dcp_world_size": dcp, "blocks_per_chunk": bpc,
             "window": rng.randint(1, 12 * C + 4),
             "extra_retained_tokens": rng.choice((0, 0, 0, rng.randint(1, 2 * C + 3))),
             "eagle": rng.random() < 0.3, "alignment_tokens": A, "retention_interval": R,
@@ -428,6 +474,8 @@ def random_case(rng: random.Random) -> dict:
             "max_offload_tokens": rng.choice((None, None, rng.randint(0, prompt + 10))),
             "offload_prompt_only": rng.random() < 0.8,
             "start_chunk": start, "end_chunk": start + rng.randint(0, 120)}
+    case["lookahead"] = lookahead_hashes and rng.random() < 0.5
+    return case
 
 
 def kvreach_mask(case: dict) -> list[bool]:
@@ -435,14 +483,21 @@ def kvreach_mask(case: dict) -> list[bool]:
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
 
+    # under lookahead block hashes (0.34.0) an EAGLE group is a plain SWA group
+    eagle = case["eagle"] and not case.get("lookahead", False)
     g = GroupConfig(case["block_size"], case["window"], case["alignment_tokens"],
-                    case["blocks_per_chunk"], case["dcp_world_size"], case["eagle"],
+                    case["blocks_per_chunk"], case["dcp_world_size"], eagle,
                     case["retention_interval"], case["extra_retained_tokens"])
     req = RequestConfig(case["prompt_tokens"], case["max_offload_tokens"],
                         case["offload_prompt_only"])
     w = store_step("lookup-window", g, req, case["start_chunk"], case["end_chunk"], False)
     n = (case["end_chunk"] - case["start_chunk"]) * case["blocks_per_chunk"]
     return [True] * n if w.block_mask is None else list(w.block_mask)
+
+
+def chunk_keep(mask: list[bool], blocks_per_chunk: int) -> list[bool]:
+    """A chunk is stored when any of its blocks is kept (``_build_store_jobs``)."""
+    return [any(mask[i:i + blocks_per_chunk]) for i in range(0, len(mask), blocks_per_chunk)]
 
 
 def vllm_mask(case: dict, patched: bool) -> list[bool]:
@@ -475,6 +530,7 @@ def vllm_mask(case: dict, patched: bool) -> list[bool]:
         kv_cache_spec=spec, manager_cls=SlidingWindowManager,
         is_eagle_group=case["eagle"])
     sched = object.__new__(OffloadingConnectorScheduler)
+    sched.use_lookahead_block_hashes = case["lookahead"]  # read by 0.34.0 only
     sched.config = SchedulerOffloadConfig(
         kv_group_configs=(gc,), blocks_per_chunk=bpc, tokens_per_hash=case["block_size"],
         num_workers=1, offload_prompt_only=case["offload_prompt_only"],
@@ -487,7 +543,11 @@ def vllm_mask(case: dict, patched: bool) -> list[bool]:
     kwargs = dict(group_config=gc, start_chunk_idx=case["start_chunk"],
                   end_chunk_idx=case["end_chunk"],
                   reachable_boundaries=(P - 1,) if retention is not None else ())
-    if patched:
+    if patched and hasattr(sched, "_lookup_window_block_mask"):  # 0.34.0's patch
+        mask = sched._reachable_store_block_mask(
+            final_segment_end_chunk_idx=None,
+            lookup_boundaries=(prompt_offloadable,) if retention is not None else (), **kwargs)
+    elif patched:
         mask = sched._reachable_store_block_mask(
             final_segment_end_chunk_idx=None, prompt_offloadable_tokens=prompt_offloadable,
             **kwargs)
@@ -499,21 +559,22 @@ def vllm_mask(case: dict, patched: bool) -> list[bool]:
     return [True] * n if mask is None else list(mask)
 
 
-def differential(cases: int, seed: int, patched: bool) -> dict:
+def differential(cases: int, seed: int, patched: bool, version: str) -> dict:
     """In a tree's subprocess: ``cases`` seeded random inputs; the first
-    whose masks differ, if any."""
+    whose chunk keep decisions differ, if any. Lookahead block hashes only on
+    0.34.0 (0.33.0 has none)."""
     from kvreach.params import ParamError
 
     rng = random.Random(seed)
     sparse = refused = 0
     for i in range(cases):
-        case = random_case(rng)
+        case = random_case(rng, lookahead_hashes=version != "0.33.0")
         try:
-            want = kvreach_mask(case)
+            want = chunk_keep(kvreach_mask(case), case["blocks_per_chunk"])
         except ParamError:  # a configuration vLLM refuses too (kvreach.params)
             refused += 1
             continue
-        got = vllm_mask(case, patched)
+        got = chunk_keep(vllm_mask(case, patched), case["blocks_per_chunk"])
         if got != want:
             return {"cases": i + 1, "compared": i + 1 - refused, "sparse": sparse,
                     "first_difference": case, "vllm": "".join(".#"[b] for b in got),
@@ -522,6 +583,64 @@ def differential(cases: int, seed: int, patched: bool) -> dict:
     return {"cases": cases, "compared": cases - refused, "sparse": sparse,
             "first_difference": None}
 
+
+
+# ---------------------------------------------------------------------------
+# (d) 0.34.0's hashed-end horizon case (run inside a tree's subprocess)
+# ---------------------------------------------------------------------------
+
+HORIZON_CASE = {"full_block": 8, "swa_block": 2, "window": 4, "prompt": 14, "budget": 100,
+                "hash_lookahead_tokens": 1, "chunk": 4}
+HORIZON_LATER_MAX = 30  # later requests of 1 .. 30 tokens (the prompt, two segments, more)
+
+
+def horizon_case() -> dict:
+    """In a tree's subprocess: the earlier 14-token request run to completion
+    with the stock connector and lookahead L=1; then every later request of
+    ``n`` tokens (1 .. HORIZON_LATER_MAX) sharing its first ``k`` tokens with
+    the prompt (every ``k`` from 1 to ``min(n, 14)``): its offload hit with
+    the stores, with the stores less SWA chunk ``HORIZON_CASE["chunk"]``, and
+    with every chunk the earlier request could offload (dense)."""
+    from vllm.v1.kv_offload.base import LookupResult
+
+    from kvreach.vllm_harness import cpu_shims
+    from kvreach.vllm_harness.lookups import LookupRecorder, later_lookups, later_tokens
+    from kvreach.vllm_harness.runner import STOCK, SchedulerRun, Setup, drive, full, \
+        prompt_token_ids, swa
+
+    c = HORIZON_CASE
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory() as d, cpu_shims.hybrid_kv_cache_shim():
+        model_dir = cpu_shims.write_offline_model(d)
+        setup = Setup((full(c["full_block"]), swa(c["swa_block"], c["window"])),
+                      budget=c["budget"], hash_lookahead_tokens=c["hash_lookahead_tokens"])
+        run = SchedulerRun(setup, STOCK, model_dir)
+        assert run.offload.use_lookahead_block_hashes
+        rec = LookupRecorder(run)
+        stored_prompt = prompt_token_ids(c["prompt"], seed=31)
+        drive(run, "stored", c["prompt"], token_ids=stored_prompt)
+        swa_stored = run.stored(1)
+        keys = set(rec.stored_keys.get("stored", []))
+        # every key of the earlier request's first lookup by (group, chunk)
+        key_of = {pos: k for k, pos in rec.prompt_keys["stored"].items()}
+        rows = []
+        for n in range(1, HORIZON_LATER_MAX + 1):
+            for shared in range(1, min(n, c["prompt"]) + 1):
+                tokens = later_tokens(stored_prompt, n, shared)
+                hits = {}
+                for content in ("stored", "without", "dense"):
+                    if content == "stored":
+                        answer = keys
+                    elif content == "without":
+                        answer = keys - {key_of.get((1, c["chunk"]))}
+                    else:
+                        answer = set(key_of.values()) | keys
+                    rec.answers = {k: LookupResult.HIT for k in answer}
+                    assert run.scheduler.reset_prefix_cache()
+                    hits[content] = later_lookups(rec, tokens)[-1].hit_tokens
+                rows.append({"n": n, "shared": shared, **hits})
+    return {"swa_stored": swa_stored, "rows": rows,
+            "num_keys": len(key_of), "chunk_key_known": (1, c["chunk"]) in key_of}
 
 # ---------------------------------------------------------------------------
 # Driver
@@ -540,10 +659,13 @@ def in_tree(tree: Path, mode: str, *args: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vllm", default=VLLM_VERSION,
+                    help=f"the vLLM release: {' or '.join(PATCHES)} (default {VLLM_VERSION})")
     ap.add_argument("--cases", default="20000", help="differential cases (default 20000)")
     ap.add_argument("--seed", default="0", help="differential seed (default 0)")
     ap.add_argument("--json", default=None, help="also write the verdicts to FILE")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: tests,replays,diff")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated parts to skip: tests,replays,diff,horizon")
     ap.add_argument("--in-tree", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--patched", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -555,34 +677,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --cases={a.cases} --seed={a.seed}: expected integers, cases >= 1",
               file=sys.stderr)
         return 2
+    if a.vllm not in PATCHES:
+        print(f"error: --vllm={a.vllm}: expected one of {', '.join(PATCHES)}", file=sys.stderr)
+        return 2
     skip = {s for s in a.skip.split(",") if s}
-    if skip - {"tests", "replays", "diff"}:
-        print(f"error: --skip={a.skip}: expected a subset of tests,replays,diff", file=sys.stderr)
+    if skip - {"tests", "replays", "diff", "horizon"}:
+        print(f"error: --skip={a.skip}: expected a subset of tests,replays,diff,horizon",
+              file=sys.stderr)
         return 2
     if a.in_tree == "replays":
-        print(json.dumps(replay_all(a.patched), default=str))
+        print(json.dumps(replay_all(a.patched, a.vllm), default=str))
         return 0
     if a.in_tree == "diff":
-        print(json.dumps(differential(cases, seed, a.patched), default=str))
+        print(json.dumps(differential(cases, seed, a.patched, a.vllm), default=str))
+        return 0
+    if a.in_tree == "horizon":
+        print(json.dumps(horizon_case(), default=str))
         return 0
     if a.json is not None and not Path(a.json).parent.is_dir():
         print(f"error: --json={a.json}: expected a file in an existing directory", file=sys.stderr)
         return 2
     try:
-        return run(cases, seed, a.json, skip)
+        return run(a.vllm, cases, seed, a.json, skip)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
-def run(cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
+def run(version: str, cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
     verdicts: dict = {}
     with tempfile.TemporaryDirectory(prefix="kvreach-upstream-") as d:
         work = Path(d)
-        t = trees(work)
-        log(f"patch applies: {PATCH.relative_to(REPO)} -> {', '.join(PATCHED_FILES)} "
-            f"(sdist {sdist_archive()})")
+        t = trees(work, version)
+        v = [f"--vllm={version}"]
+        log(f"vLLM {version}: patch applies cleanly: {PATCHES[version].relative_to(REPO)} -> "
+            f"{', '.join(PATCHED_FILES)} (sdist {sdist_archive(version)})")
         log("imports: each part runs in a subprocess with its tree first on PYTHONPATH")
         if "tests" not in skip:
             log(f"(a) vLLM's own {TEST_FILE}, stock OffloadingConnector:")
@@ -590,7 +720,11 @@ def run(cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
         if "replays" not in skip:
             log("(b) F6 counterexamples replayed with the stock connector:")
             for name, patched in (("patched", True), ("stock", False)):
-                rows = in_tree(t[name], "replays", *(["--patched"] if patched else []))["rows"]
+                got = in_tree(t[name], "replays", *v, *(["--patched"] if patched else []))
+                rows = got["rows"]
+                if not got["twin_checked"]:
+                    log(f"  [{name}] per-lookup cross-check with kvreach's lookup twin: off "
+                        f"(the twin models 0.33.0's lookup); hits are vLLM {version}'s own")
                 for r in rows:
                     extra = "" if "stored_is_lookup_window" not in r else (
                         f"; stored = lookup-window's: {r['stored_is_lookup_window']}"
@@ -604,7 +738,7 @@ def run(cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
         if "diff" not in skip:
             log(f"(c) differential, {cases} seeded cases (seed {seed}):")
             for name, patched in (("patched", True), ("stock", False)):
-                res = in_tree(t[name], "diff", f"--cases={cases}", f"--seed={seed}",
+                res = in_tree(t[name], "diff", *v, f"--cases={cases}", f"--seed={seed}",
                               *(["--patched"] if patched else []))
                 found = res["first_difference"]
                 if patched:
@@ -619,9 +753,39 @@ def run(cases: int, seed: int, json_out: str | None, skip: set[str]) -> int:
                     log(f"  [stock] first difference from lookup-window at case {res['cases']}"
                         if found else "  [stock] NO DIFFERENCE FOUND (the check cannot tell)")
                     if found:
-                        log(f"    {found}\n    vllm-0.33     {res['vllm']}\n"
+                        log(f"    {found}\n    vllm-{version}  {res['vllm']}\n"
                             f"    lookup-window {res['lookup_window']}")
                 verdicts[f"diff_{name}"] = res
+        if "horizon" not in skip and version != "0.33.0":
+            c = HORIZON_CASE
+            log(f"(d) hashed-end horizon: full block {c['full_block']}, SWA block "
+                f"{c['swa_block']}, window {c['window']}, prompt {c['prompt']}, budget "
+                f"{c['budget']}, lookahead L={c['hash_lookahead_tokens']}; later requests of "
+                f"1 .. {HORIZON_LATER_MAX} tokens, every shared prefix:")
+            res = {name: in_tree(t[name], "horizon", *v) for name in ("stock", "patched")}
+            k = c["chunk"]
+            for name, r in res.items():
+                rows = r["rows"]
+                needs_k = [x for x in rows if x["without"] != x["stored"]]
+                lost = [x for x in rows if x["stored"] != x["dense"]]
+                log(f"  [{name}] SWA chunks stored {r['swa_stored']}; {len(rows)} later "
+                    f"requests: {len(needs_k)} need chunk {k}, {len(lost)} below the dense hit"
+                    + (f" (first: {lost[0]})" if lost else ""))
+                r["needs_chunk"] = len(needs_k)
+                r["lost"] = len(lost)
+            # stock stores chunk k that no later request loads; the patch stores
+            # neither it nor loses a hit stock keeps
+            stock_hits = {(x["n"], x["shared"]): x["stored"] for x in res["stock"]["rows"]}
+            worse = [x for x in res["patched"]["rows"]
+                     if x["stored"] < stock_hits[(x["n"], x["shared"])]]
+            ok = (res["stock"]["chunk_key_known"] and k in res["stock"]["swa_stored"]
+                  and res["stock"]["needs_chunk"] == 0
+                  and k not in res["patched"]["swa_stored"] and not worse
+                  and res["patched"]["lost"] == 0)
+            log(f"  stock stores chunk {k}, no later request needs it; patched does not store "
+                f"it, no later request below its dense hit or below stock's: "
+                + ("yes" if ok else f"NO ({len(worse)} below stock)"))
+            verdicts["horizon"] = {"ok": bool(ok), **res}
     ok = all(v["ok"] for v in verdicts.values())
     log("verdict: " + ("PASS: " if ok else "FAIL: ") + ", ".join(
         f"{k} {'ok' if v['ok'] else 'FAIL'}" for k, v in verdicts.items()))
