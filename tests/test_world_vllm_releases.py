@@ -43,6 +43,7 @@ def test_world_vllm_parts_per_release():
         "0.29.0": ("kept", "last block"), "0.30.0": ("kept", "last block"),
         "0.31.0/0.32.0": ("kept", "last block"),
         "0.33.0": ("reset to 0", "every reachable block"),
+        "0.34.0": ("reset to 0", "every reachable block"),
     }
 
 
