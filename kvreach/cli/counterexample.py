@@ -128,7 +128,7 @@ def _replay_module():
     try:
         return importlib.import_module("kvreach.vllm_harness.replay")
     except ImportError as e:
-        raise CliError("--replay-vllm", True, f"vLLM 0.33.0 installed (the vllm extra): {e}") from None
+        raise CliError("--replay-vllm", True, f"vLLM installed (python -m kvreach.vllm_install): {e}") from None
 
 
 def _replay_vllm(mod, obligation: str, cex: dict, rule: str, model: str) -> tuple[dict, bool]:

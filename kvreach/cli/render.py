@@ -343,9 +343,11 @@ def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> N
 
 
 def _print_replay_on_vllm(out: Console, v: dict) -> None:
-    """``--replay-vllm``: what vLLM 0.33.0's scheduler did beside what kvreach
-    predicts for the same keys."""
-    t = Table(title="replayed on vLLM 0.33.0's scheduler", title_justify="left")
+    """``--replay-vllm``: what the installed vLLM's scheduler did beside what
+    kvreach predicts for the same keys."""
+    from importlib.metadata import version
+
+    t = Table(title=f"replayed on vLLM {version('vllm')}'s scheduler", title_justify="left")
     for col in ("quantity", "vLLM", "kvreach", "equal"):
         t.add_column(col)
     for k, x in v["vllm"].items():

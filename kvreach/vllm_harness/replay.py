@@ -130,17 +130,20 @@ def run_earlier_request(run: SchedulerRun, cex: dict) -> tuple[str, list[int]]:
     return rid, stored
 
 
-def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
+def replay(model_dir: str, cex: dict, which: str, rule: str | None = None, release=None):
     """hit-preservation (and -read-window): the earlier request's decoded
     lifecycle on the scheduler, then the later request against its accepted
     keys and against every key it could offload.
+    ``release`` (a ``kvreach.releases`` record: the installed vLLM's): the
+    twin each lookup is checked against is that release's; None: 0.33.0's.
     -> (observations under the rule's stores, under dense stores)."""
     _no_local_hit(cex)
     setup = setup_of(cex)
     extra = None if rule is None else connector_of(rule)[1]
     with lookup_variant(cex):
         r = SchedulerRun(setup, which, model_dir, extra_config=extra)
-        rec = LookupRecorder(r)
+        recorder, outcome = recorder_and_twin(release)
+        rec = recorder(r)
         later = cex["later_request"]
         rid, stored = run_earlier_request(r, cex)
         tokens = later_tokens(stored, later["num_tokens"], later["shared_tokens"])
@@ -152,7 +155,7 @@ def replay(model_dir: str, cex: dict, which: str, rule: str | None = None):
                 rec.answers = _offloadable_answers(rec, setup, rid, _offloadable(cex))
             assert r.scheduler.reset_prefix_cache()
             obs = later_lookups(rec, tokens, later["max_load_tokens"])
-            check(setup, obs)
+            check(setup, obs, outcome)
             out.append(obs[-1])
     assert_rule_ran(r)
     return out
@@ -172,9 +175,10 @@ def _offloadable(cex: dict) -> int:
     return max(st["offloadable_tokens"] for st in cex["trace"]["steps"])
 
 
-def replay_hit_preservation(model_dir: str, cex: dict, rule: str, load_model: str | None = None) -> dict:
+def replay_hit_preservation(model_dir: str, cex: dict, rule: str, load_model: str | None = None,
+                            release=None) -> dict:
     which, _ = connector_of(rule)
-    rule_obs, dense_obs = replay(model_dir, cex, which, None if which == STOCK else rule)
+    rule_obs, dense_obs = replay(model_dir, cex, which, None if which == STOCK else rule, release)
     ll = cex["later_lookup"]
     return {"vllm": {"hit_tokens": rule_obs.hit_tokens, "dense_hit_tokens": dense_obs.hit_tokens},
             "kvreach": {"hit_tokens": ll["hit_tokens"], "dense_hit_tokens": ll["dense_hit_tokens"]}}

@@ -18,6 +18,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+    RequestOffloadState,
+)
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
 from vllm.v1.core.sched.output import NewRequestData
 from vllm.v1.outputs import ModelRunnerOutput
@@ -26,8 +29,11 @@ MRO_HAS_REQ_ID_TO_INDEX: bool = any(
     f.name == "req_id_to_index" for f in dataclasses.fields(ModelRunnerOutput)
 )
 
+# The offloading connector honours lookahead block hashes (0.34.0: its
+# storable_chunks takes apply_eagle_drop). 0.33.0 has hash lookahead in the
+# core (a VllmConfig property) but forces it to 0 under any KV connector.
 HAS_HASH_LOOKAHEAD: bool = (
-    "num_hash_lookahead_tokens" in inspect.signature(get_request_block_hasher).parameters
+    "apply_eagle_drop" in inspect.signature(RequestOffloadState.storable_chunks).parameters
 )
 
 
@@ -44,14 +50,14 @@ def set_hash_lookahead(vllm_config, tokens: int) -> None:
     from a drafter), read by the ``Scheduler`` and the offloading scheduler
     when they are built."""
     _need_lookahead(tokens)
-    if HAS_HASH_LOOKAHEAD:
+    if tokens:  # 0 is what vLLM derives without a drafter
         vllm_config.num_hash_lookahead_tokens = tokens
 
 
 def block_hasher(hash_block_size: int, hash_fn, tokens: int):
     """``get_request_block_hasher`` with ``tokens`` of lookahead (EngineCore's)."""
     _need_lookahead(tokens)
-    if HAS_HASH_LOOKAHEAD:
+    if tokens:
         return get_request_block_hasher(hash_block_size, hash_fn, tokens)
     return get_request_block_hasher(hash_block_size, hash_fn)
 

@@ -28,6 +28,8 @@ from kvreach.proofs import runner  # noqa: E402
 from kvreach.proofs.geometries import GEOMETRIES  # noqa: E402
 from kvreach.proofs.scenarios import MEASURED_W17, PR_54362, finding  # noqa: E402
 
+import installed_release  # noqa: E402
+
 pytestmark = pytest.mark.vllm
 
 _EX, _W17, _F6 = PR_54362, MEASURED_W17, finding("F6")  # proofs/scenarios.py
@@ -47,8 +49,12 @@ FAILING = ["window-17 measurement", "PR example, extra_retained_tokens 5", "PR e
            "blocks_per_chunk 2, W - 1 a multiple of the chunk"]
 
 
+@installed_release.only_033
 @pytest.mark.parametrize("geometry", FAILING)
 def test_vllm_033_loses_the_hit_kvreach_predicts(offline_model_dir, geometry):
+    """vLLM 0.33.0's lookup (its twin, ``proofs.decode.later_lookup_of``);
+    0.34.0 applies the SWA ``-1`` before the caps, so the capped lookup of the
+    ``blocks_per_chunk 2`` geometry hits 128 there, not 96."""
     cex = counterexample(geometry)
     assert cex is not None and cex["replayed_violation"], geometry
     from kvreach.proofs.decode import later_lookup_of
@@ -70,7 +76,8 @@ def test_vllm_033_loses_the_hit_kvreach_predicts(offline_model_dir, geometry):
 @pytest.mark.parametrize("geometry", FAILING)
 def test_lookup_window_rule_keeps_the_hit(offline_model_dir, geometry):
     cex = counterexample(geometry)
-    rule_obs, dense_obs = replay(offline_model_dir, cex, KVREACH, rule="lookup-window")
+    rule_obs, dense_obs = replay(offline_model_dir, cex, KVREACH, rule="lookup-window",
+                                 release=installed_release.twin_release())
     assert rule_obs.hit_tokens == dense_obs.hit_tokens
 
 
@@ -166,10 +173,11 @@ def test_read_window_lookup_on_vllm(offline_model_dir, scenario):
     with the same variant)."""
     *args, stock, variant = scenario
     cex = _scenario_cex(*args)
-    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
+    release = installed_release.twin_release()
+    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK, release=release)
     assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == stock
     cex["lookup_groups"]["lookup_variant"] = "read-window"
-    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
+    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK, release=release)
     assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == variant
 
 
@@ -181,7 +189,8 @@ def test_read_window_row_counterexample_on_vllm(offline_model_dir):
 
     _, cex = runner.find_counterexample("hit-preservation-read-window", "vllm-0.33", "any")
     assert cex["lookup_groups"]["lookup_variant"] == "read-window"
-    got = replay_hit_preservation(offline_model_dir, cex, "vllm-0.33")
+    got = replay_hit_preservation(offline_model_dir, cex, "vllm-0.33",
+                                  release=installed_release.twin_release())
     assert reproduced("hit-preservation-read-window", got), got
 
 

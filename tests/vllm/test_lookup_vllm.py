@@ -1,4 +1,4 @@
-"""kvreach's lookup twin (``kvreach.impl.lookup``) equals vLLM 0.33.0's own
+"""kvreach's lookup twin (``kvreach.impl.lookup``) equals the installed vLLM's own
 offload lookup, run through the real ``Scheduler``.
 
 Each example stores one request's chunks through stock vLLM (the keys its
@@ -33,8 +33,16 @@ from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
 
 from kvreach.proofs.scenarios import MEASURED_W17, PR_54362, finding  # noqa: E402
 
+import installed_release  # noqa: E402
 
-pytestmark = pytest.mark.vllm
+# Every comparison here is with kvreach's twin of the installed release
+# (0.33.0's own on 0.33.0; on another release its kvreach.releases record's,
+# skipped while kvreach has none).
+pytestmark = [pytest.mark.vllm, installed_release.needs_record]
+
+
+def twin():
+    return installed_release.recorder_and_twin()[1]
 
 _EX, _W17, _F6 = PR_54362, MEASURED_W17, finding("F6")  # proofs/scenarios.py
 PR_GROUPS = (full(_EX.full_block_size), swa(_EX.swa_block_size, _EX.window))
@@ -95,12 +103,12 @@ def test_measured_zero_hit_with_sparse_stores(offline_model_dir):
     rec.answers = {k: LookupResult.HIT for k in rec.stored_keys[rid]}
     rec.run.scheduler.reset_prefix_cache()
     sparse = later_lookups(rec, tokens)
-    check(SETUPS["fa36-swa4-w17"], sparse)
+    check(SETUPS["fa36-swa4-w17"], sparse, twin())
     assert sparse[-1].hit_tokens == _F6.hit_tokens
     rec.answers = {k: LookupResult.HIT for k in rec.prompt_keys[rid]}
     rec.run.scheduler.reset_prefix_cache()
     dense = later_lookups(rec, tokens)
-    check(SETUPS["fa36-swa4-w17"], dense)
+    check(SETUPS["fa36-swa4-w17"], dense, twin())
     assert dense[-1].hit_tokens == _F6.dense_hit_tokens
     reset(rec)
 
@@ -114,7 +122,7 @@ def test_gpu_local_hit_then_offload_hit(offline_model_dir):
     rid = store_request(rec, tokens[:700])
     rec.answers = {k: LookupResult.HIT for k in rec.prompt_keys[rid]}
     obs = later_lookups(rec, tokens)  # prefix cache not reset
-    check(SETUPS["fa36-swa4-w16"], obs)
+    check(SETUPS["fa36-swa4-w16"], obs, twin())
     assert obs[-1].local_hit_tokens > 0
     reset(rec)
 
@@ -128,7 +136,7 @@ def test_deferred_lookup_then_hit(offline_model_dir):
     rec.run.scheduler.reset_prefix_cache()
     rec.answers = {k: LookupResult.HIT_PENDING for k in rec.prompt_keys[rid]}
     obs = later_lookups(rec, tokens)
-    check(SETUPS["fa36-swa4-w16"], obs)
+    check(SETUPS["fa36-swa4-w16"], obs, twin())
     assert [o.hit_tokens for o in obs] == [None, 576]  # 16 full-attention chunks of 36
     reset(rec)
 
@@ -174,7 +182,7 @@ def _twin_equals_vllm_lookup(offline_model_dir, case):
     if not keep_gpu:
         rec.run.scheduler.reset_prefix_cache()
     obs = later_lookups(rec, later_tokens(stored, later_len, diverges), max_load)
-    check(SETUPS[name], obs)
+    check(SETUPS[name], obs, twin())
     last = obs[-1]
     event("hit" if last.hit_tokens else "no hit")
     event("deferred first" if obs[0].hit_tokens is None else "settled first")
@@ -251,7 +259,7 @@ def class_level_hit(name: str, num_tokens: int, local: int, content, max_load: i
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_twin_equals_vllm_lookup_dcp2(data):
-    from kvreach.impl.lookup import LaterRequest, StoreContent, lookup_hit_tokens
+    from kvreach.impl.lookup import LaterRequest, StoreContent
 
     name = data.draw(st.sampled_from(sorted(DCP_SETUPS)))
     setup = DCP_SETUPS[name]
@@ -266,7 +274,7 @@ def test_twin_equals_vllm_lookup_dcp2(data):
          and c != hole] for g in groups])
     max_load = data.draw(st.one_of(st.none(), st.integers(0, 600)))
     vllm_hit = class_level_hit(name, num_tokens, local, content, max_load)
-    twin_hit = lookup_hit_tokens(groups, LaterRequest(num_tokens, local, max_load), content)
+    twin_hit = installed_release.twin_hit(groups, LaterRequest(num_tokens, local, max_load), content)
     event("hit" if vllm_hit else "no hit")
     assert twin_hit == vllm_hit
 
@@ -328,6 +336,6 @@ def test_kvreach_lookup_scenario_replays_on_vllm(offline_model_dir, name, setup,
                            <= offloadable_tokens(trace)}
         assert r.scheduler.reset_prefix_cache()
         obs = later_lookups(rec, later_ids)
-        check(setup, obs)
+        check(setup, obs, twin())
         assert obs[-1].hit_tokens == want.hit_tokens, content
         assert obs[-1].loaded == want.loaded_keys(), content

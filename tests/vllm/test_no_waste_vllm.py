@@ -26,6 +26,8 @@ from kvreach.vllm_harness.replay import replay_no_waste, reproduced  # noqa: E40
 from kvreach.params import GroupConfig  # noqa: E402
 from kvreach.proofs import runner  # noqa: E402
 
+import installed_release  # noqa: E402
+
 pytestmark = pytest.mark.vllm
 
 RULES = ("vllm-0.29", "vllm-0.33", "lookup-window")
@@ -40,7 +42,8 @@ def counterexample(rule: str) -> dict:
 
 @pytest.mark.parametrize("rule", RULES)
 def test_no_lookup_on_vllm_loads_the_kept_chunk(offline_model_dir, rule):
-    got = replay_no_waste(offline_model_dir, counterexample(rule), rule)
+    got = replay_no_waste(offline_model_dir, counterexample(rule), rule,
+                          release=installed_release.twin_release())
     assert reproduced("no-waste", got), got
 
 
@@ -52,7 +55,7 @@ def test_no_waste_read_window_on_vllm(offline_model_dir, rule):
     assert row.verdict == "counterexample" and row.counterexample, row
     cex = row.counterexample
     assert cex["lookup_groups"]["lookup_variant"] == "read-window"
-    got = replay_no_waste(offline_model_dir, cex, rule)
+    got = replay_no_waste(offline_model_dir, cex, rule, release=installed_release.twin_release())
     assert reproduced("no-waste-read-window", got), got
 
 
@@ -64,7 +67,8 @@ def test_no_waste_replay_can_fail(offline_model_dir):
     g = GroupConfig(**cex["config"]["group"])
     A = g.alignment_tokens // g.chunk_tokens
     cex |= {"chunk": A - 1, "final_horizon_chunks": A, "offloadable_tokens": A * g.chunk_tokens}
-    got = replay_no_waste(offline_model_dir, cex, "lookup-window")
+    got = replay_no_waste(offline_model_dir, cex, "lookup-window",
+                          release=installed_release.twin_release())
     assert got["vllm"] == got["kvreach"] and got["vllm"]["chunk_kept"]
     assert got["vllm"]["loaded_by_later_tokens"]
     assert not reproduced("no-waste", got)
