@@ -121,7 +121,8 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("F3", "an EAGLE group with a retention interval and a prompt shorter than one "
             "alignment keeps chunk 0 (replay boundary 0), which no hit requests",
             "mask-equivalence", "simulate", "vllm-0.33",
-            replace(PR_54362, eagle=True, retention_interval=0, prompt=30),
+            replace(PR_54362, eagle=True, retention_interval=0, prompt=30,
+                    hash_lookahead_tokens=0),  # legacy EAGLE hashes (not with L >= 1)
             stored_not_loadable=frozenset({0})),
     Finding("F4", "aborted after the 1000-token step, the request stores the tail 246-249; "
             "a later request repeating the prompt hits 972 tokens (27 full-attention chunks) "
@@ -133,7 +134,8 @@ FINDINGS: tuple[Finding, ...] = (
             "requests",
             "mask-equivalence", "simulate", "vllm-0.33",
             Scenario(swa_block_size=1, window=3, prompt=6, budget=100, full_block_size=3,
-                     eagle=True, load_model="aligned"),
+                     eagle=True, load_model="aligned",
+                     hash_lookahead_tokens=0),  # legacy EAGLE hashes (not with L >= 1)
             stored_not_loadable=frozenset({0})),
     Finding("F6", "the measurement of window 17: the lookup asks for runs of 5 SWA chunks, the mask "
             "keeps 4; the repeated prompt hits 0 tokens against the rule's stores, 1187 "

@@ -231,6 +231,7 @@ def class_level_hit(name: str, num_tokens: int, local: int, content, max_load: i
     req.kv_transfer_params = None if max_load is None else {"max_load_tokens": max_load}
     req.num_prompt_tokens = req.num_tokens = num_tokens
     req.skip_reading_prefix_cache = False
+    req.skip_reading_external_kv = False  # vLLM 0.34.0 reads this name
     hash_tokens = off.config.tokens_per_hash
     req.block_hashes = [BlockHash(f"{req.request_id}-{i}".encode())
                         for i in range(num_tokens // hash_tokens)]
