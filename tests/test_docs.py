@@ -106,26 +106,29 @@ def names(cell: str) -> list[str]:
 
 
 def test_index_repeats_the_readme_commands_verbatim():
-    """The "try this" block, then the two set-up commands, in both."""
+    """The two set-up commands (the first two command blocks: proof run, then
+    tests), then the "try this" block, in both."""
     readme = fenced_blocks((ROOT / "README.md").read_text(encoding="utf-8"))[:3]
     index = fenced_blocks((DOCS / "index.md").read_text(encoding="utf-8"))[:3]
     assert len(readme) == 3 and [b for _, b in index] == [b for _, b in readme]
-    assert readme[0][1].startswith("$ kvreach lookup ")
-    assert all(b.startswith("python3 -m venv .venv && ") for _, b in readme[1:])
+    assert all(b.startswith("python3 -m venv .venv && ") for _, b in readme[:2])
+    assert readme[0][1].rstrip().endswith("kvreach prove")
+    assert readme[1][1].rstrip().endswith("python -m pytest -q")
+    assert readme[2][1].startswith("$ kvreach lookup ")
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
 def test_try_this_block_prints_what_it_shows(page):
-    """Each ``$ kvreach ...`` line of the page's first block, run: every line
-    the block shows under it is a line of its output (the block may leave
-    lines out, never change one)."""
+    """Each ``$ kvreach ...`` line of the page's "try this" block (its third,
+    after the two set-up commands), run: every line the block shows under it
+    is a line of its output (the block may leave lines out, never change one)."""
     import shlex
 
     from typer.testing import CliRunner
 
     from kvreach.cli import app
 
-    (_, body), = fenced_blocks((ROOT / page).read_text(encoding="utf-8"))[:1]
+    (_, body), = fenced_blocks((ROOT / page).read_text(encoding="utf-8"))[2:3]
     runs: list[tuple[list[str], list[str]]] = []
     for line in body.splitlines():
         if line.startswith("$ "):
