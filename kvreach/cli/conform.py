@@ -21,10 +21,14 @@ def conform(
     cases: Annotated[Optional[int], typer.Option(
         "--cases", help="random cases per checked function (default 1000, at most 1,000,000)")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the inputs' random seed")] = 0,
+    function_only: Annotated[bool, typer.Option(
+        "--function-only", help="only the function layer (no vLLM run)")] = False,
 ) -> None:
-    """Run the vLLM tree's store and lookup functions against every release
-    record (vLLM 0.29.0 .. 0.33.0) and print the record it equals (exit 0),
-    or the first input on which it differs from the nearest one (exit 1)."""
+    """Which release record a vLLM tree equals. Exit 0: it equals a record
+    (named on the last line); 1: it differs from every record (the first
+    differing input or trace, with the record part that explains it); 2:
+    cannot decide (the roles that could not be checked on this tree and what
+    they now read), or bad input."""
     from kvreach import conform as cf
 
     if vllm_wheel is not None and vllm_src is not None:
@@ -42,4 +46,4 @@ def conform(
         _error_line(str(e))
         raise typer.Exit(2) from None
     sys.stdout.write("\n".join(cf.render(verdict)) + "\n")
-    raise typer.Exit(0 if verdict.equal is not None else 1)
+    raise typer.Exit(verdict.exit_code)
