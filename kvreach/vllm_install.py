@@ -38,13 +38,16 @@ def _canonical(name: str) -> str:
 def requirements(metadata: str, overrides: dict[str, str]) -> list[str]:
     """The wheel's ``Requires-Dist`` lines, each overridden one replaced.
 
-    A requirement whose marker names an extra is dropped (pip installs no
-    extra here). ValueError when an override names no requirement of the
+    Only the header is read (up to the first blank line; the long
+    description after it is not metadata). A requirement whose marker names
+    an extra is dropped (pip installs no extra here). ValueError when an override names no requirement of the
     wheel (the override is stale: the release no longer pins it)."""
     out: list[str] = []
     seen: set[str] = set()
     wanted = {_canonical(k): v for k, v in overrides.items()}
     for line in metadata.splitlines():
+        if not line.strip():
+            break  # end of the header
         if not line.startswith("Requires-Dist:"):
             continue
         req = line.split(":", 1)[1].strip()

@@ -1,37 +1,35 @@
 #!/usr/bin/env bash
-# Run vLLM 0.33.0's own offloading-connector scheduler tests twice on CPU:
-# stock, and with kvreach's KvReachOffloadingConnectorScheduler substituted
-# for OffloadingConnectorScheduler. Exit non-zero if any test that passes
-# stock does not pass with kvreach (or if the substitution did not happen).
+# Run the installed vLLM release's own offloading-connector scheduler tests
+# (its sdist's tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py)
+# twice on CPU: stock, and with kvreach's KvReachOffloadingConnectorScheduler
+# substituted for OffloadingConnectorScheduler. Exit non-zero if any test that
+# passes stock does not pass with kvreach (or if the substitution did not
+# happen).
 #
 # Environment (all optional):
-#   VLLM_SDIST        the vllm-sdist tool (default: ../shared/tools/vllm-sdist,
-#                     relative to the repository root, beside the clone in CI)
-#   VLLM_SRC_CACHE    where the sdist is unpacked (default:
+#   PYTHON            interpreter with vLLM (0.33.0 or 0.34.0) and kvreach installed
+#   VLLM_VERSION      the release whose tests run (default: PYTHON's vLLM); its
+#                     sdist is fetched once by `python -m kvreach.vllm_sdist`
+#   VLLM_SRC_CACHE    where the sdist is cached and unpacked (default:
 #                     ${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist); never
 #                     inside the repository
-#   PYTHON            interpreter with vllm==0.33.0 and kvreach installed
 #   PYTEST_SELECT     extra pytest args, e.g. '-k "swa or sliding"'
 #   KVREACH_RULE      the kvreach rule substituted (default vllm-0.33)
-#   EXPECTED_REGRESSIONS  a file of test ids (one per line, '#' comments) that
+#   EXPECTED_REGRESSIONS  a file of test ids (one per line, '#' comments; a
+#                     line "[X.Y.Z] id" counts only for that release) that
 #                     pass stock and are expected not to pass with this rule
-#                     (tests pinning vLLM 0.33.0's exact stored sets): then the
+#                     (tests pinning the release's exact stored sets): then the
 #                     run fails unless the regressions are exactly these
 set -euo pipefail
 
-VLLM_VERSION=0.33.0
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VLLM_SDIST="${VLLM_SDIST:-$REPO_ROOT/../shared/tools/vllm-sdist}"
-VLLM_SRC_CACHE="${VLLM_SRC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvreach/vllm-sdist}"
 PYTHON="${PYTHON:-python}"
+VLLM_VERSION="${VLLM_VERSION:-$("$PYTHON" -c 'from importlib.metadata import version; print(version("vllm"))')}"
 TEST_FILE=tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py
 
-SRC="$VLLM_SRC_CACHE/vllm-$VLLM_VERSION"
-if [[ ! -f "$SRC/$TEST_FILE" ]]; then
-    echo "fetching vLLM $VLLM_VERSION sdist into $VLLM_SRC_CACHE" >&2
-    mkdir -p "$VLLM_SRC_CACHE"
-    "$PYTHON" "$VLLM_SDIST" "$VLLM_VERSION" "$VLLM_SRC_CACHE" >&2
-fi
+SRC="$(cd "$REPO_ROOT" && "$PYTHON" -m kvreach.vllm_sdist "$VLLM_VERSION")"
+[[ -f "$SRC/$TEST_FILE" ]] || { echo "no $TEST_FILE in $SRC" >&2; exit 1; }
+echo "vLLM $VLLM_VERSION's own tests: $SRC/$TEST_FILE"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/kvreach-vllm-own-tests.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -69,7 +67,8 @@ run stock
 run kvreach
 echo "elapsed: $(( $(date +%s) - start ))s"
 
-"$PYTHON" - "$WORK" "${EXPECTED_REGRESSIONS:-}" <<'PY'
+"$PYTHON" - "$WORK" "${EXPECTED_REGRESSIONS:-}" "$VLLM_VERSION" <<'PY'
+import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -100,10 +99,17 @@ if not_on_cpu:
 regressions = sorted(n for n, o in stock.items() if o == "passed" and kv.get(n) != "passed")
 expected = set()
 if sys.argv[2]:
-    expected = {ln.split("#")[0].strip() for ln in Path(sys.argv[2]).read_text().splitlines()}
-    expected.discard("")
+    release = sys.argv[3]
+    for ln in Path(sys.argv[2]).read_text().splitlines():
+        ln = ln.split("#")[0].strip()
+        m = re.fullmatch(r"\[(\d+\.\d+\.\d+)\]\s+(\S+)", ln)
+        if m:
+            if m.group(1) == release:
+                expected.add(m.group(2))
+        elif ln:
+            expected.add(ln)
 for n in regressions:
-    print(f"{'expected, pins 0.33' if n in expected else 'REGRESSION'} {kv.get(n, 'missing')}: {n}")
+    print(f"{'expected, pins ' + sys.argv[3] if n in expected else 'REGRESSION'} {kv.get(n, 'missing')}: {n}")
 missing = sorted(expected - set(regressions))
 for n in missing:
     print(f"ERROR: expected not to pass with this rule, but it did (or is gone): {n}")

@@ -40,8 +40,8 @@ when every verdict holds, 1 otherwise, 2 on bad input. Needs vLLM 0.33.0's
 dependencies (the ``vllm`` extra), ``patch``, and this checkout.
 
 The sdist: ``vllm-0.33.0.tar.gz`` under ``$VLLM_SRC_CACHE`` or
-``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if none has it, it is downloaded once into the last with the vllm-sdist tool
-(``$VLLM_SDIST``, default ../shared/tools/vllm-sdist beside the checkout).
+``${XDG_CACHE_HOME:-~/.cache}/kvreach/vllm-sdist``; if none has it, it is downloaded once into the last
+(``kvreach.vllm_sdist``: pip's package finder, the index pip is configured with).
 """
 
 from __future__ import annotations
@@ -109,22 +109,20 @@ def cache_dirs() -> list[Path]:
 
 def sdist_archive(fetch: bool = True) -> Path:
     """vLLM 0.33.0's sdist archive from a cache, else downloaded once into
-    the user's cache with the vllm-sdist tool."""
+    the user's cache (``kvreach.vllm_sdist``: pip's package finder)."""
     for d in cache_dirs():
         if (d / ARCHIVE).is_file():
             return d / ARCHIVE
     dest = cache_dirs()[-1]
     if not fetch:
         raise BadInput(f"sdist: {ARCHIVE} in none of {', '.join(map(str, cache_dirs()))}")
-    tool = Path(os.environ.get("VLLM_SDIST") or REPO.parent / "shared" / "tools" / "vllm-sdist")
-    if not tool.is_file():
-        raise BadInput(f"VLLM_SDIST={tool}: expected the vllm-sdist tool (no cached {ARCHIVE})")
+    from kvreach import vllm_sdist
+
     dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, str(tool), VLLM_VERSION, str(dest)], check=True,
-                   stdout=subprocess.DEVNULL)
-    if not (dest / ARCHIVE).is_file():
-        raise BadInput(f"{tool}: did not leave {ARCHIVE} in {dest}")
-    return dest / ARCHIVE
+    try:
+        return vllm_sdist.download(VLLM_VERSION, dest)
+    except OSError as e:
+        raise BadInput(f"sdist: vllm {VLLM_VERSION}: {e}") from None
 
 
 def unpack(archive: Path, dest: Path) -> Path:

@@ -5,8 +5,8 @@
 Each case runs ``python -m kvreach.vllm_harness.release_replay CASE`` with the
 release's python (its real ``Scheduler``, ``KVCacheManager``, stock
 ``OffloadingConnector``; the offload manager's answers scripted) and, as the
-check that the assertion can fail, the same case on the vLLM 0.33.0 this
-checkout's venv holds (or the same release with the store changed).
+check that the assertion can fail, the same case on vLLM 0.33.0
+(``vllm_releases.venv("0.33.0")``: this interpreter when it holds 0.33.0) (or the same release with the store changed).
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ OLD = ("0.29.0", "0.30.0")
 
 @pytest.fixture(scope="session")
 def python():
-    """version -> the python of a venv holding that vLLM (0.33.0: this one)."""
+    """version -> the python of a venv holding that vLLM (this one when it does)."""
     cache: dict[str, str] = {}
 
     def get(version: str) -> str:
-        if version == "0.33.0":
-            pytest.importorskip("vllm")
-            return sys.executable
         if version not in cache:
             cache[version] = str(vllm_releases.venv(version))
         return cache[version]

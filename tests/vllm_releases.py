@@ -3,8 +3,10 @@
 ``wheel("0.30.0")`` downloads ``vllm==0.30.0`` (``pip download --no-deps``,
 about 320 MB) into ``$KVREACH_CACHE/wheels`` (default
 ``~/.cache/kvreach/wheels``) unless it is there already; ``source(v)``
-unpacks the wheel's ``.py`` files into ``$KVREACH_CACHE/vllm-<v>`` once.
-Nothing is installed or imported.
+unpacks the wheel's ``.py`` files into ``$KVREACH_CACHE/vllm-<v>`` once
+(nothing installed or imported). ``venv(v)`` is a python holding that release
+(this one, or a venv made once with ``python -m kvreach.vllm_install v``), so
+a test about 0.33.0 runs on 0.33.0 whichever release the checkout's venv holds.
 """
 
 from __future__ import annotations
@@ -50,15 +52,29 @@ def source(version: str) -> Path:
     return root
 
 
-def venv(version: str) -> Path:
-    """A virtualenv holding ``vllm==<version>`` and this kvreach, made once.
+def installed_version() -> str | None:
+    """The vLLM release installed beside this interpreter (None: none)."""
+    from importlib import metadata
 
-    ``$KVREACH_CACHE/venvs/vllm-<version>`` (about 9 GB: vLLM brings a CUDA
-    build of torch, nothing of which needs a GPU to import).  The first call
-    runs ``pip install vllm==<version>`` there (a few minutes), then installs
-    kvreach from this checkout with ``--no-deps`` plus the one dependency the
-    harness imports, ``z3-solver`` (vLLM's tilelang pins it, so it comes with
-    vLLM) and ``typer``/``rich``/``deal`` only if vLLM did not bring them.
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def venv(version: str) -> Path:
+    """A python whose environment holds ``vllm==<version>`` and this kvreach.
+
+    This interpreter when its installed vLLM is that release. Otherwise a
+    virtualenv ``$KVREACH_CACHE/venvs/vllm-<version>``, made once (about 9 GB:
+    vLLM brings a CUDA build of torch, nothing of which needs a GPU to
+    import). The first call installs kvreach from this checkout there with
+    ``--no-deps``, then the release as the project installs it,
+    ``python -m kvreach.vllm_install <version>`` (a few minutes; for 0.34.0
+    its unserved ``flashinfer-python`` pin overridden, the wheel with
+    ``--no-deps``), then kvreach's own dependencies ``z3-solver`` (vLLM's
+    tilelang pins it, so it comes with vLLM), ``typer``, ``rich`` and
+    ``deal`` only if vLLM did not bring them.
     torchvision, torchaudio and torchcodec are removed when they do not
     import: where pip takes torch from a local wheel folder (this machine's
     ``find-links`` holds ``torch-2.13.0+cpu``, the very version 0.29.0 and
@@ -68,8 +84,10 @@ def venv(version: str) -> Path:
     ``libtorchcodec_image.so``, an OSError 0.30.0's ``multimodal/media/audio.py``
     does not catch). The scheduler side needs none of them, and vLLM and
     ``transformers`` import them only if installed.
-    Returns the venv's ``bin/python``.
+    Returns the python (``bin/python`` of the venv).
     """
+    if installed_version() == version:
+        return Path(sys.executable)
     root = cache_dir() / "venvs" / f"vllm-{version}"
     python = root / "bin" / "python"
     done = root / ".installed"
@@ -87,8 +105,9 @@ def venv(version: str) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-    subprocess.run(pip + [f"vllm=={version}"], check=True)
     subprocess.run(pip + ["--no-deps", "-e", str(repo)], check=True)
+    # kvreach.vllm_install needs only the standard library (kvreach/__init__ is empty)
+    subprocess.run([str(python), "-m", "kvreach.vllm_install", version], check=True, cwd=root)
     missing = subprocess.run(
         [str(python), "-c",
          "import importlib.util as u\n"

@@ -1,4 +1,5 @@
-"""kvreach's vLLM 0.33.0 ``OffloadingConnector``, along vLLM's own seams
+"""kvreach's vLLM ``OffloadingConnector`` (vLLM 0.33.0 or 0.34.0, chosen at
+import: :mod:`~kvreach.impl.vllm.vllm_release`), along vLLM's own seams
 (vLLM's ``offloading/config.py``, ``metrics.py``, ``scheduler.py`` and
 ``offloading_connector.py``):
 
@@ -11,8 +12,11 @@
 - :mod:`~kvreach.impl.vllm.scheduler`: ``KvReachOffloadingConnectorScheduler``,
   the per-group SWA selection from ``kvreach.impl.rules.store_step``, the
   monitor, the null-block filter and the fallback to stock vLLM's selection;
-- :mod:`~kvreach.impl.vllm.vllm_copy`: the code copied from vLLM 0.33.0, and
-  only that (tests/vllm/test_vllm_copy.py diffs it against the installed vLLM);
+- :mod:`~kvreach.impl.vllm.vllm_release`: the installed release and the parts
+  of vLLM's API that differ between 0.33.0 and 0.34.0 (one name each);
+- :mod:`~kvreach.impl.vllm.vllm_copy`: the code copied from vLLM, and only
+  that, one module per release whose code differs (tests/vllm/test_vllm_copy.py
+  diffs the installed release's against the installed vLLM);
 - :mod:`~kvreach.impl.vllm.connector`: ``KvReachOffloadingConnector``, the
   facade vLLM loads (``kv_connector_module_path="kvreach.impl.vllm_connector"``,
   which re-exports it).

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0 ``OffloadingConnector`` whose SWA store decisions come from kvreach.
+"""vLLM ``OffloadingConnector`` (0.33.0 or 0.34.0) whose SWA store decisions come from kvreach.
 
 Enable it with::
 
@@ -20,8 +20,9 @@ and non-SWA groups, load side) is vLLM's own code path.
 
 Options (``kv_connector_extra_config``; see ``KvReachOptions``):
 
-- ``kvreach.rule``: ``vllm-0.33`` (default) or ``vllm-0.29`` (the pre-fix
-  rule of vLLM PR #54362, selection only; bookkeeping stays vLLM 0.33's).
+- ``kvreach.rule``: ``vllm-0.33`` (default; vLLM 0.34.0 stores by the same
+  rule), ``vllm-0.29`` (the pre-fix rule of vLLM PR #54362, selection only;
+  bookkeeping stays the installed release's) or ``lookup-window``.
 - ``kvreach.check_contracts``: ``off``, ``log`` or ``raise``; absent keeps
   the process-wide mode of ``kvreach.impl.contracts`` (``off`` unless
   ``KVREACH_CHECK_CONTRACTS=1``). deal's switch is process-wide. In
@@ -48,6 +49,16 @@ are counted in ``kvreach_unmodeled_fallbacks``: a shared-prefix junction
 (``Request.shared_prefix_boundary``) under a retention interval, and an SWA
 group whose offload block is not ``block_size * dcp_world_size``
 (``dcp_sharded=False`` under DCP).
+
+Lookahead block hashes (vLLM 0.34.0, ``num_hash_lookahead_tokens > 0``, on by
+default for EAGLE/MTP drafts with this connector, which inherits
+``supports_lookahead_block_hashes = True``): the connector follows vLLM's
+``use_lookahead_block_hashes``. Its EAGLE groups keep vLLM's own selection
+(a plain sliding-window mask, no trailing drop, no final tail: a group
+kvreach's rules do not have, never the legacy EAGLE mask), and the prompt
+horizon kvreach's rule gets for the other SWA groups is vLLM's hashed end
+(``_calc_num_offloadable_tokens`` capped by ``len(block_hashes) *
+tokens_per_hash``). docs/integration.md says more.
 """
 
 from __future__ import annotations

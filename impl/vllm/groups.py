@@ -17,14 +17,32 @@ from kvreach.impl.vllm.metrics import logger
 from kvreach.params import GroupConfig
 
 
-def group_config(config: SchedulerOffloadConfig, gc: GroupOffloadConfig) -> GroupConfig | None:
-    """kvreach parameters of an SWA group; None keeps vLLM's path."""
+def group_config(
+    config: SchedulerOffloadConfig, gc: GroupOffloadConfig, lookahead_hashes: bool = False
+) -> GroupConfig | None:
+    """kvreach parameters of an SWA group; None keeps vLLM's path.
+
+    ``lookahead_hashes``: the scheduler's ``use_lookahead_block_hashes``
+    (vLLM 0.34.0). Under it vLLM stores an EAGLE group as a plain SWA group
+    (no trailing drop, ``use_eagle=False`` in the mask) that still gets no
+    final tail (``store_horizon_chunks`` is None for every EAGLE group), a
+    group kvreach's rules do not have (``GroupConfig(eagle=True)`` is the
+    legacy EAGLE mask, ``eagle=False`` gets a final tail): such a group keeps
+    vLLM's selection, so the connector stores what vLLM stores and never the
+    legacy EAGLE mask against 0.34.0's lookahead lookup."""
     spec = gc.kv_cache_spec
     if (
         not isinstance(spec, SlidingWindowSpec)
         or not issubclass(gc.manager_cls, SlidingWindowManager)
         or gc.requires_cow_source
     ):
+        return None
+    if lookahead_hashes and gc.is_eagle_group:
+        logger.info(
+            "kvreach: EAGLE group %d under lookahead block hashes keeps vLLM's "
+            "store selection (a plain sliding-window mask without a final tail)",
+            gc.group_idx,
+        )
         return None
     dcp = config.dcp_world_size
     if gc.tokens_per_block != spec.block_size * dcp:

@@ -1,12 +1,14 @@
-"""``KvReachOffloadingConnectorScheduler``: vLLM 0.33.0's
-``OffloadingConnectorScheduler`` (vLLM's ``offloading/scheduler.py``) whose
+"""``KvReachOffloadingConnectorScheduler``: vLLM's
+``OffloadingConnectorScheduler`` (vLLM's ``offloading/scheduler.py``, 0.33.0
+or 0.34.0: :mod:`kvreach.impl.vllm.vllm_release`) whose
 per-group chunk selection for the SWA groups kvreach models comes from
 ``kvreach.impl.rules.store_step``: the selection, the runtime monitor around
 it (``kvreach.impl.monitor``), vLLM's null-block filter, and the fallback to
 stock vLLM's selection. ``_build_store_jobs`` itself is vLLM's
 (:class:`kvreach.impl.vllm.vllm_copy.StoreJobs`)."""
 
-# _stock_group_candidates is adapted from vLLM 0.33.0,
+# _stock_group_candidates is adapted from vLLM 0.33.0 (its loop body is
+# unchanged in 0.34.0),
 # vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py.
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
@@ -25,7 +27,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
 from vllm.v1.kv_offload.base import OffloadingSpec, OffloadKey
 
 from kvreach.impl import contracts, monitor, rules
-from kvreach.impl.vllm import groups
+from kvreach.impl.vllm import groups, vllm_release
 from kvreach.impl.vllm.metrics import (
     CONTRACT_VIOLATIONS_METRIC,
     FALLBACKS_METRIC,
@@ -109,8 +111,10 @@ class KvReachOffloadingConnectorScheduler(StoreJobs, OffloadingConnectorSchedule
     def _kvreach_groups(self) -> tuple[GroupConfig | None, ...]:
         """kvreach GroupConfig per offload group (None: vLLM's path)."""
         if self._kvreach_groups_cache is None:
+            lookahead = vllm_release.use_lookahead_block_hashes(self)
             self._kvreach_groups_cache = tuple(
-                groups.group_config(self.config, gc) for gc in self.config.kv_group_configs
+                groups.group_config(self.config, gc, lookahead_hashes=lookahead)
+                for gc in self.config.kv_group_configs
             )
         return self._kvreach_groups_cache
 
@@ -236,14 +240,14 @@ class KvReachOffloadingConnectorScheduler(StoreJobs, OffloadingConnectorSchedule
             self.config.kv_group_configs, req_status.group_states, self._kvreach_groups,
             range(len(req_status.group_states)),
         ):
-            num_chunks = req_status.storable_chunks(
-                group_config, group_state, num_offloadable_tokens
+            num_chunks = vllm_release.storable_chunks(
+                self, req_status, group_config, group_state, num_offloadable_tokens
             )
             if use_kvreach and g is not None:
                 if req_cfg is None:
                     req_cfg = request_config(
                         req.num_prompt_tokens,
-                        req_status.max_offload_tokens,
+                        self._max_offload_tokens(req_status),
                         self.config.offload_prompt_only,
                     )
                 cursor = group_state.next_stored_chunk_idx
@@ -399,6 +403,19 @@ class KvReachOffloadingConnectorScheduler(StoreJobs, OffloadingConnectorSchedule
                 continue
             candidates.append(abs_chunk_idx)
         return start_chunk_idx, block_mask, candidates, store_horizon_chunks
+
+    def _max_offload_tokens(self, req_status: RequestOffloadState) -> int | None:
+        """The request's offload cap as kvreach's ``RequestConfig`` takes it:
+        ``max_offload_tokens``, and under vLLM 0.34.0's lookahead block hashes
+        also the hashed tokens (``_calc_num_offloadable_tokens`` caps by both),
+        so the prompt horizon handed to kvreach's rule is the one vLLM hands
+        its own (``prompt_offloadable_tokens``: the hashed end while the
+        prompt's last blocks have no hash yet)."""
+        cap = req_status.max_offload_tokens
+        hashed = vllm_release.hashed_tokens(self, req_status.req)
+        if hashed is not None:
+            cap = hashed if cap is None else min(cap, hashed)
+        return cap
 
     def _kvreach_applies(self, req) -> bool:
         if any(g is not None for g in self._kvreach_groups):

@@ -25,6 +25,7 @@ from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import RequestStatus
 
+from kvreach.vllm_harness import vllm_api
 from kvreach.vllm_harness.config import KVREACH, Setup, connector_config
 from kvreach.vllm_harness.memory import HARNESS_MODULE, RecordingOffloadingSpec
 from kvreach.vllm_harness.scheduler_run import SchedulerRun, StepRecord
@@ -46,6 +47,7 @@ def class_level_vllm_config(setup: Setup, which: str) -> Any:
         cfg.parallel_config = _PC(tensor_parallel_size=world,
                                   decode_context_parallel_size=setup.dcp_world_size)
     cfg.speculative_config = None
+    cfg.num_hash_lookahead_tokens = setup.hash_lookahead_tokens  # read by 0.34.0
     cfg.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
     cfg.use_v2_model_runner = True
     extra = {"spec_name": "RecordingOffloadingSpec", "spec_module_path": HARNESS_MODULE,
@@ -110,7 +112,7 @@ class ClassLevelRun:
     def drive(self, req_id: str, prompt_tokens: int, prefill_steps: list[int],
               abort: bool) -> None:
         from vllm.v1.core.kv_cache_utils import BlockHash
-        from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+        from vllm.v1.core.sched.output import SchedulerOutput
 
         s = self.setup
         dcp = s.dcp_world_size
@@ -138,8 +140,8 @@ class ClassLevelRun:
         for i, n in enumerate(prefill_steps):
             out = SchedulerOutput.make_empty()
             if i == 0:
-                out.scheduled_new_reqs = [NewRequestData(
-                    req_id=req_id, prompt_token_ids=[], mm_features=[],
+                out.scheduled_new_reqs = [vllm_api.new_request_data(
+                    [], req_id=req_id, prompt_token_ids=[], mm_features=[],
                     sampling_params=None, pooling_params=None, block_ids=block_ids,
                     num_computed_tokens=0, lora_request=None)]
             out.num_scheduled_tokens = {req_id: n}

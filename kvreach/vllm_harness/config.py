@@ -75,6 +75,10 @@ class Setup:
     max_num_seqs: int = 16
     max_model_len: int = 65536
     extra: tuple[tuple[str, Any], ...] = ()  # more kv_connector_extra_config
+    # vLLM 0.34.0's num_hash_lookahead_tokens (L): vLLM derives it from an
+    # EAGLE/MTP drafter, which the harness has not, so a run sets it on the
+    # VllmConfig and the block hasher itself, as EngineCore does. 0: off.
+    hash_lookahead_tokens: int = 0
 
     def alignment_tokens(self) -> int | None:
         """``SchedulerOffloadConfig.from_spec``'s alignment by kvreach's rule

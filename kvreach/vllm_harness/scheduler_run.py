@@ -1,4 +1,5 @@
-"""Drive vLLM 0.33.0's real scheduler side with fake model outputs.
+"""Drive vLLM's real scheduler side (0.33.0 or 0.34.0; the release replays
+run it on older ones) with fake model outputs.
 
 Real: ``Scheduler`` / ``AsyncScheduler``, ``KVCacheManager`` (block
 allocation, sliding-window block freeing, block hashing), the connector
@@ -48,7 +49,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
 from vllm.platforms import current_platform
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import (
-    get_request_block_hasher,
     init_none_hash,
     resolve_kv_cache_block_sizes,
 )
@@ -56,11 +56,12 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from vllm.v1.kv_offload.base import OffloadKey, PrepareStoreOutput
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 from kvreach.vllm_harness.config import KVREACH, Setup, connector_config
+from kvreach.vllm_harness import vllm_api
 from kvreach.vllm_harness.memory import HARNESS_MODULE, _KeysSpec
 
 SAMPLED_TOKEN = 7  # not EOS (2) of cpu_shims.write_offline_model's config; ignore_eos anyway
@@ -133,11 +134,11 @@ class SchedulerRun:
         assert self.connector is not None
         self.offload = self.connector.connector_scheduler
         init_none_hash(sha256)
-        self._hasher = get_request_block_hasher(hash_block, sha256)
+        self._hasher = vllm_api.block_hasher(hash_block, sha256, setup.hash_lookahead_tokens)
         self.requests: dict[str, Request] = {}
         self.steps: list[StepRecord] = []
         self.connector_stats: list[Any] = []
-        self._pending: tuple[Any, ModelRunnerOutput] | None = None
+        self._pending: tuple[Any, Any] | None = None  # (SchedulerOutput, ModelRunnerOutput)
         self._current: StepRecord | None = None
         self.manager = self.offload.manager
         if record:
@@ -181,6 +182,7 @@ class SchedulerRun:
             **kwargs,
         )
         cfg.cache_config.num_gpu_blocks = setup.num_gpu_blocks
+        vllm_api.set_hash_lookahead(cfg, setup.hash_lookahead_tokens)
         return cfg
 
     @staticmethod
@@ -288,9 +290,8 @@ class SchedulerRun:
         for jid in (*meta.store_jobs, *meta.load_jobs):
             done.mark_completed(jid)
         ids = list(out.num_scheduled_tokens)
-        mro = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
+        mro = vllm_api.model_runner_output(
+            ids,
             sampled_token_ids=[[SAMPLED_TOKEN] if r in sampling else [] for r in ids],
             logprobs=None,
             prompt_logprobs_dict={},

@@ -29,7 +29,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "vllm: drives the real vLLM 0.33.0 scheduler (needs the vllm extra)"
+        "markers", "vllm: drives the real vLLM scheduler, 0.33.0 or 0.34.0 (python -m kvreach.vllm_install)"
     )
     config.addinivalue_line(
         "filterwarnings", "ignore:It is pytest but deal is disabled:RuntimeWarning"

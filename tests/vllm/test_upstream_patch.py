@@ -5,7 +5,7 @@ own scheduler tests, the F6 replays, the differential check).
 
 The sdist comes from a cache (``$VLLM_SRC_CACHE`` or
 ``~/.cache/kvreach/vllm-sdist``) or is downloaded once
-into the user's cache by the vllm-sdist tool (``upstream_check.sdist_archive``).
+into the user's cache by ``kvreach.vllm_sdist`` (``upstream_check.sdist_archive``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``kvreach.impl.vllm.vllm_copy`` is vLLM 0.33.0's code: each copy in
+"""``kvreach.impl.vllm.vllm_copy`` is the installed vLLM release's code (the
+copy module of that release, chosen at import: 0.33.0 or 0.34.0): each copy in
 ``COPIES`` equals its original in the installed vLLM (``inspect.getsource``)
 line for line, except at the seams the copy declares, whitespace and the
 copy's ``# kvreach:`` comments aside. A changed line, a dropped vLLM comment,
@@ -84,3 +85,12 @@ def test_the_check_rejects_a_drifted_copy():
     bad_seam = vllm_copy.Seam("for group_config in kv_group_configs:", "x", ())
     with pytest.raises(AssertionError, match="no such line"):
         with_seams(original, (bad_seam,))
+
+
+def test_a_release_without_a_copy_is_refused():
+    """The connector never runs a copy against a release it was not copied
+    from: another release is refused at import, in one line."""
+    assert vllm_copy.module_name(vllm.__version__).endswith(vllm_copy.MODULES[vllm.__version__])
+    with pytest.raises(ImportError, match=r"^kvreach's vLLM connector runs on vLLM 0\.33\.0, "
+                                          r"0\.34\.0; the installed vLLM is 0\.35\.0 "):
+        vllm_copy.module_name("0.35.0")

@@ -1,108 +1,39 @@
-"""The code this connector copies from vLLM 0.33.0, and only that: each copy is
-vLLM's function line for line, vLLM's comments included, except at the seams
-:data:`COPIES` lists, each marked in the code by a ``# kvreach:`` comment.
-tests/vllm/test_vllm_copy.py checks exactly that against the installed vLLM
-(``inspect.getsource`` of each original; whitespace and the ``# kvreach:``
-comments aside), so the copy cannot drift from the release it claims.
-
-- :class:`StoreJobs`: ``OffloadingConnectorScheduler._build_store_jobs``
-  (``vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``),
-  its per-group chunk selection (the loop over ``kv_group_configs`` that fills
-  ``new_offload_keys`` and ``group_store_ranges``) replaced by a call of
-  ``self._select_store_keys`` (``KvReachOffloadingConnectorScheduler``'s), which
-  fills the same two lists. Everything around it (the offloadable tokens, the
-  reachable boundaries, ``prepare_store``, job building, fencing) is vLLM's.
-- :class:`ConnectorInit`: ``OffloadingConnector.__init__``
-  (``.../v1/offloading_connector.py``), building ``self.scheduler_class`` in the
-  scheduler role instead of ``OffloadingConnectorScheduler``, and calling the
-  base class ``KVConnectorBase_V1.__init__`` instead of ``super().__init__``
-  (constructing vLLM's connector first would build a second offloading
-  manager).
-
-Both are mixins, listed first among the bases of the class that uses them.
+"""vLLM 0.33.0's ``OffloadingConnectorScheduler._build_store_jobs``
+(``vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``),
+line for line, vLLM's comments included, except at its one seam
+(:data:`~kvreach.impl.vllm.vllm_copy.seams.SELECT_STORE_KEYS`, marked
+``# kvreach:``): the per-group chunk selection is a call of
+``self._select_store_keys``. Used only when vLLM 0.33.0 is installed
+(:mod:`kvreach.impl.vllm.vllm_copy` picks it).
 """
 
 # Copied from vLLM 0.33.0:
 # vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py
-# (OffloadingConnectorScheduler._build_store_jobs) and
-# vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py
-# (OffloadingConnector.__init__).
+# (OffloadingConnectorScheduler._build_store_jobs).
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import chain
 
-from vllm.config import VllmConfig
-from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import TransferJob
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
-    build_offloading_config,
-)
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
     _ConnectorMetricName,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
-    OffloadingConnectorScheduler,
     TransferJobStatus,
 )
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
-    OffloadingConnectorWorker,
-)
 from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, OffloadKey
-from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 from vllm.v1.request import RequestStatus
 
 from kvreach.impl.vllm.metrics import logger
+from kvreach.impl.vllm.vllm_copy.seams import BUILD_STORE_JOBS, CONNECTOR_INIT
 
 ORIGIN = "vllm 0.33.0"
-SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler"
-CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
 
-
-@dataclass(frozen=True)
-class Seam:
-    """Where a copy differs from its original: the original's lines
-    ``first`` .. ``last`` (stripped; the first such run) are ``replacement``
-    (stripped lines, the ``# kvreach:`` comments left out)."""
-
-    first: str
-    last: str
-    replacement: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Copy:
-    """``copy`` (an attribute path in this module) is ``original`` (a module
-    and an attribute path in it) line for line except at ``seams``."""
-
-    copy: str
-    original: tuple[str, str]
-    seams: tuple[Seam, ...]
-
-
-COPIES = (
-    Copy("StoreJobs._build_store_jobs",
-         (SCHEDULER_MODULE, "OffloadingConnectorScheduler._build_store_jobs"),
-         (Seam("for group_config, group_state in zip(",
-               "new_offload_keys.append(offload_key)",
-               ("self._select_store_keys(", "req_status,", "num_offloadable_tokens,",
-                "prompt_offloadable_tokens,", "reachable_boundaries,", "new_offload_keys,",
-                "group_store_ranges,", ")")),)),
-    Copy("ConnectorInit.__init__",
-         (CONNECTOR_MODULE, "OffloadingConnector.__init__"),
-         (Seam("super().__init__(vllm_config, role, kv_cache_config)",
-               "super().__init__(vllm_config, role, kv_cache_config)",
-               ("KVConnectorBase_V1.__init__(self, vllm_config, role, kv_cache_config)",)),
-          Seam("self.connector_scheduler = OffloadingConnectorScheduler(",
-               "self.connector_scheduler = OffloadingConnectorScheduler(",
-               ("self.connector_scheduler = self.scheduler_class(",)))),
-)
+COPIES = (BUILD_STORE_JOBS, CONNECTOR_INIT)
 
 
 class StoreJobs:
@@ -283,36 +214,3 @@ class StoreJobs:
                         self._current_batch_jobs_to_flush.add(job_id)
 
         return store_jobs
-
-
-class ConnectorInit:
-    """Mixin for an ``OffloadingConnector`` subclass with a ``scheduler_class``
-    (an ``OffloadingConnectorScheduler`` subclass): vLLM 0.33.0's
-    ``OffloadingConnector.__init__`` building it."""
-
-    scheduler_class: type[OffloadingConnectorScheduler] = OffloadingConnectorScheduler
-
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        role: KVConnectorRole,
-        kv_cache_config: KVCacheConfig,
-    ):
-        # kvreach: vLLM's base class, not OffloadingConnector's __init__
-        KVConnectorBase_V1.__init__(self, vllm_config, role, kv_cache_config)
-
-        offloading_config = build_offloading_config(vllm_config, kv_cache_config)
-        self._canonical_layout = offloading_config.canonical_layout
-        spec = OffloadingSpecFactory.create_spec(offloading_config)
-
-        self.connector_scheduler: OffloadingConnectorScheduler | None = None
-        self.connector_worker: OffloadingConnectorWorker | None = None
-        if role == KVConnectorRole.SCHEDULER:
-            # kvreach: the connector's scheduler class
-            self.connector_scheduler = self.scheduler_class(
-                spec, vllm_config, kv_cache_config
-            )
-        elif role == KVConnectorRole.WORKER:
-            self.connector_worker = OffloadingConnectorWorker(
-                spec, vllm_config, kv_cache_config
-            )
