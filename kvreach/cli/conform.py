@@ -23,6 +23,8 @@ def conform(
     seed: Annotated[int, typer.Option("--seed", help="the inputs' random seed")] = 0,
     function_only: Annotated[bool, typer.Option(
         "--function-only", help="only the function layer (no vLLM run)")] = False,
+    system_cases: Annotated[Optional[int], typer.Option(
+        "--system-cases", help="hypothesis cases of the system layer (default 60, at most 10,000)")] = None,
 ) -> None:
     """Which release record a vLLM tree equals. Exit 0: it equals a record
     (named on the last line); 1: it differs from every record (the first
@@ -30,6 +32,7 @@ def conform(
     cannot decide (the roles that could not be checked on this tree and what
     they now read), or bad input."""
     from kvreach import conform as cf
+    from kvreach.conform.combined import combine
 
     if vllm_wheel is not None and vllm_src is not None:
         raise CliError("--vllm-src", vllm_src, "no --vllm-wheel with it (one tree at a time)")
@@ -38,6 +41,9 @@ def conform(
         raise CliError("--cases", n, f"an integer from 1 to {cf.MAX_CASES:,}")
     if not 0 <= seed <= MAX_INT:
         raise CliError("--seed", seed, f"an integer from 0 to {MAX_INT}")
+    m = 60 if system_cases is None else system_cases
+    if not 1 <= m <= 10_000:
+        raise CliError("--system-cases", m, "an integer from 1 to 10,000")
     try:
         tree = (cf.Tree.wheel(vllm_wheel) if vllm_wheel is not None
                 else cf.Tree.source(vllm_src) if vllm_src is not None else cf.Tree.installed())
@@ -45,5 +51,17 @@ def conform(
     except cf.ConformError as e:
         _error_line(str(e))
         raise typer.Exit(2) from None
-    sys.stdout.write("\n".join(cf.render(verdict)) + "\n")
-    raise typer.Exit(verdict.exit_code)
+    sv = None
+    if not function_only:
+        import tempfile
+
+        from kvreach.conform import system
+
+        with tempfile.TemporaryDirectory() as tmp:
+            root = tree.root
+            if tree.wheel_path is not None:
+                root = system.unpack_wheel(tree.wheel_path, Path(tmp))
+            sv = system.run_system(root, m, seed)
+    lines, code = combine(verdict, sv)
+    sys.stdout.write("\n".join(lines) + "\n")
+    raise typer.Exit(code)

@@ -42,6 +42,10 @@ class Tree:
 
     label: str
     files: dict[str, str]
+    # where the whole tree is, for the system layer: a source directory
+    # (``vllm/`` at its top) or a wheel; neither: the installed vLLM
+    root: Path | None = None
+    wheel_path: Path | None = None
 
     @staticmethod
     def installed() -> "Tree":
@@ -49,7 +53,7 @@ class Tree:
         if spec is None or not spec.submodule_search_locations:
             raise ConformError("vllm: not installed (expected an importable vllm package)")
         root = Path(list(spec.submodule_search_locations)[0]).parent
-        return Tree._from_dir(root, f"installed vllm ({root / 'vllm'})")
+        return Tree._from_dir(root, f"installed vllm ({root / 'vllm'})", installed=True)
 
     @staticmethod
     def wheel(path: str | Path) -> "Tree":
@@ -63,7 +67,7 @@ class Tree:
             raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel file ({e})") from None
         if _SCHED not in files:
             raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel (no {_SCHED})")
-        return Tree(f"wheel {p.name}", files)
+        return Tree(f"wheel {p.name}", files, wheel_path=p)
 
     @staticmethod
     def source(path: str | Path) -> "Tree":
@@ -76,7 +80,7 @@ class Tree:
         return Tree._from_dir(root, f"source {p}")
 
     @staticmethod
-    def _from_dir(root: Path, label: str) -> "Tree":
+    def _from_dir(root: Path, label: str, installed: bool = False) -> "Tree":
         files = {}
         names = [*FILES, *EXTRA]
         if (root / _OFFLOADING_DIR).is_dir():
@@ -89,7 +93,7 @@ class Tree:
                     raise ConformError(f"{label}: {f}: cannot be read ({e})") from None
         if _SCHED not in files:
             raise ConformError(f"{label}: expected a vLLM tree (no {_SCHED})")
-        return Tree(label, files)
+        return Tree(label, files, root=None if installed else root)
 
     def order(self) -> list[str]:
         """The files a function is looked for in: FILES first, then the
