@@ -148,15 +148,16 @@ def _add_keyword(src: str, names: set[str]) -> str:
 
 def _move(root: Path, f: str, name: str, new_module: str) -> None:
     """Move the module-level def ``name`` from ``f`` into ``new_module`` of
-    the same package; ``f`` imports it from there."""
+    the same package (with ``f``'s imports); ``f`` imports it from there."""
     path = root / f
     mod = ast.parse(path.read_text())
     node = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    mod.body.remove(node)
+    imports = [n for n in mod.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    at = mod.body.index(node)
     pkg = f.rsplit("/", 1)[0].replace("/", ".")
-    mod.body.insert(0, ast.ImportFrom(f"{pkg}.{new_module}", [ast.alias(name)], 0))
+    mod.body[at] = ast.ImportFrom(f"{pkg}.{new_module}", [ast.alias(name)], 0)
     path.write_text(ast.unparse(mod))
-    (path.parent / f"{new_module}.py").write_text(ast.unparse(ast.Module([node], [])))
+    (path.parent / f"{new_module}.py").write_text(ast.unparse(ast.Module([*imports, node], [])))
 
 
 REFACTORS = ("renamed helper", "new keyword argument", "moved function")

@@ -50,7 +50,7 @@ def combine(fv: Verdict, sv: SystemVerdict | None) -> tuple[list[str], int]:
     d = sv.data
     if d is None or not d["ran"]:
         if d is not None:
-            lines.append("system layer: no case ran")
+            lines.append("system layer: no case ran: " + "; ".join(d.get("skipped_why") or []))
         return lines + [f_last], fv.exit_code
     agree = d["agree"]
     fcand = {r.name for r in fv.candidates}

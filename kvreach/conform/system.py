@@ -349,6 +349,7 @@ def run_case(case: Case, model_dir: str) -> Trace:
                              computed=req.num_computed_tokens,
                              sched=scheduler_output.num_scheduled_tokens.get(rid, 0),
                              hashes=len(req.block_hashes),
+                             shared_prefix_boundary=getattr(req, "shared_prefix_boundary", 0),
                              max_offload=(req.kv_transfer_params or {}).get("max_offload_tokens"),
                              blocks=[list(g) for g in tables.get(rid, [[] for _ in setup.groups])],
                              status=st.name)
@@ -528,7 +529,7 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES) -> dict
         out["first"] = {r.name: next((dict(case=c.short(), **dataclasses.asdict(m[r.name]))
                                       for c, m in seen if m[r.name] is not None), None)
                         for r in records}
-        if not agree:
+        if seen and not agree:
             near = min(reversed(records), key=lambda r: out["differing"][r.name])
             out["nearest"] = near.name
             first = next(c for c, m in seen if m[near.name] is not None)
