@@ -287,3 +287,32 @@ def test_a_tree_without_the_functions_cannot_decide(tmp_path):
     assert r.exit_code == 2, r.output
     assert "cannot decide" in r.output and "the tree has no" in r.output
     assert "equals" not in r.output.splitlines()[-1]
+
+
+@pytest.mark.vllm
+def test_the_switches_are_read_from_the_tree(tmp_path):
+    """Lookahead block hashes are reachable under the offloading connector
+    exactly when the scheduler reads them, the connector supports them and
+    the config consults the connector (0.34.0 on), never on 0.33.0; a copy of
+    the installed tree whose connector says False is not; the retention and
+    extra_retained_tokens defaults are the trees' (0 and 0)."""
+    import vllm_releases
+    from kvreach.conform import switches
+
+    s33 = switches.read(cf.Tree.source(vllm_releases.source("0.33.0")))
+    assert not s33.lookahead_reachable and not s33.scheduler_reads_lookahead
+    assert (s33.retention_default, s33.extra_retained_default) == (0, 0)
+    root = _installed_root()
+    here = switches.read(cf.Tree.installed())
+    assert here.lookahead_reachable == (tuple(map(int, installed_version().split(".")[:2])) >= (0, 34))
+    if here.lookahead_reachable:
+        tree = copy_tree(root, tmp_path / "no-lookahead")
+        for f in ("vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py",):
+            (tree / f).parent.mkdir(parents=True, exist_ok=True)
+            text = (root / f).read_text()
+            i = text.index("def supports_lookahead_block_hashes")
+            j = text.index("return True", i)
+            (tree / f).write_text(text[:j] + "return False" + text[j + len("return True"):])
+        off = switches.read(cf.Tree.source(tree))
+        assert off.connector_supports_lookahead is False and not off.lookahead_reachable
+        assert "the connector does not support it" in off.lines()[0]

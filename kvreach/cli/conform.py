@@ -55,13 +55,13 @@ def conform(
     if not function_only:
         import tempfile
 
-        from kvreach.conform import system
+        from kvreach.conform import switches, system
 
         with tempfile.TemporaryDirectory() as tmp:
             root = tree.root
             if tree.wheel_path is not None:
                 root = system.unpack_wheel(tree.wheel_path, Path(tmp))
-            sv = system.run_system(root, m, seed)
+            sv = system.run_system(root, m, seed, switches=switches.read(tree))
     lines, code = combine(verdict, sv)
     sys.stdout.write("\n".join(lines) + "\n")
     raise typer.Exit(code)

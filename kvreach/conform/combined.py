@@ -46,6 +46,9 @@ def combine(fv: Verdict, sv: SystemVerdict | None) -> tuple[list[str], int]:
     lines.append(f"function layer: {f_last}")
     if sv is None:
         return lines + [f_last], fv.exit_code
+    if sv.switches is not None:
+        lines.append("switches read from the tree (each mode is drawn by the system layer):")
+        lines += sv.switches.lines()
     lines += _system_lines(sv)
     d = sv.data
     if d is None or not d["ran"]:
@@ -67,6 +70,11 @@ def combine(fv: Verdict, sv: SystemVerdict | None) -> tuple[list[str], int]:
         lines.append(f"differs from every record; nearest {d['nearest']}")
         return lines, EXIT[DIFFERS]
     narrowed = [a for a in agree if a in fcand] or agree
+    if d.get("lookahead_unchecked") or (d["lookahead_mode_drawn"] and not d["lookahead_cases"]):
+        lines.append(f"cannot decide: the system layer agrees with {', '.join(narrowed)} with "
+                     "legacy hashes, but the tree can run with lookahead block hashes and no "
+                     "case ran in that mode (this vLLM cannot be set to it, or too few cases)")
+        return lines, EXIT[UNDECIDED]
     if len(narrowed) == 1:
         name = narrowed[0]
         if name not in fcand:

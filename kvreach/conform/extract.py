@@ -24,7 +24,9 @@ _OFFLOADING_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/"
 _CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
 _VLLM_CONFIG = "vllm/config/vllm.py"
 _KV_UTILS = "vllm/v1/core/kv_cache_utils.py"
-EXTRA = (_CONNECTOR, _VLLM_CONFIG, _KV_UTILS)
+_CACHE_CONFIG = "vllm/config/cache.py"
+_KV_INTERFACE = "vllm/v1/kv_cache_interface.py"
+EXTRA = (_CONNECTOR, _VLLM_CONFIG, _KV_UTILS, _CACHE_CONFIG, _KV_INTERFACE)
 
 
 def _wanted(name: str) -> bool:

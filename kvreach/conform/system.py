@@ -77,10 +77,11 @@ class Case:
         return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
 
 
-def cases(lookahead: bool):
+def cases(lookahead: bool, retention_default=0):
     """The hypothesis strategy of :class:`Case` (``lookahead``: the vLLM
     under test has lookahead block hashes, so that mode is drawn too, with
-    an EAGLE group, as vLLM turns it on)."""
+    an EAGLE group, as vLLM turns it on; ``retention_default``: the tree's
+    ``prefix_cache_retention_interval`` default, drawn more often)."""
     from hypothesis import strategies as st
 
     @st.composite
@@ -91,7 +92,10 @@ def cases(lookahead: bool):
         extra = d(st.sampled_from([0, 0, 3]))
         eagle = d(st.booleans())
         bpc = d(st.sampled_from([1, 1, 2]))
-        retention = d(st.sampled_from([None, None, None, 0, 1, 2]))
+        choices = [None, None, 0, 1, 2]
+        if retention_default is None or retention_default == 0:
+            choices.append(retention_default)
+        retention = d(st.sampled_from(choices))
         if retention:
             retention *= math.lcm(sb * bpc, fa * bpc)
         prompt = d(st.integers(1, 240))
@@ -103,7 +107,7 @@ def cases(lookahead: bool):
         later = d(st.integers(1, prompt + 24))
         max_load = d(st.one_of(st.none(), st.none(), st.integers(0, prompt)))
         max_offload = d(st.one_of(st.none(), st.none(), st.none(), st.integers(0, prompt)))
-        la = d(st.sampled_from([0, 0, 1])) if lookahead and eagle else 0
+        la = d(st.sampled_from([0, 1])) if lookahead and eagle else 0
         return Case(fa, sb, window, extra, eagle, bpc, retention, prompt, budget, decode,
                     ending, end_after, d(st.booleans()), d(st.booleans()), later, max_load,
                     max_offload, la, d(st.booleans()))
@@ -480,7 +484,8 @@ def _trace_of(d: dict) -> Trace:
     return Trace(**d)
 
 
-def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES) -> dict:
+def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES,
+             lookahead_reachable: bool | None = None, retention_default=0) -> dict:
     """Draw ``n`` cases (hypothesis, seed ``seed``), run each on this
     process's vLLM, and compare with every record; for the nearest record
     when none agrees, shrink the first differing case (hypothesis). JSON."""
@@ -496,9 +501,13 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES) -> dict
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     t0 = time.monotonic()
-    strategy = cases(lookahead_settable())
+    if lookahead_reachable is None:
+        lookahead_reachable = lookahead_settable()
+    drawn = lookahead_reachable and lookahead_settable()
+    strategy = cases(drawn, retention_default)
     out: dict = {"vllm": vllm.__version__, "cases": n, "seed": seed,
-                 "lookahead_mode_drawn": lookahead_settable()}
+                 "lookahead_mode_drawn": drawn,
+                 "lookahead_unchecked": lookahead_reachable and not drawn}
     with tempfile.TemporaryDirectory() as d, hybrid_kv_cache_shim():
         model_dir = write_offline_model(d)
         seen: list[tuple[Case, dict[str, Mismatch | None]]] = []
@@ -562,12 +571,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=DEFAULT_CASES)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--records", default="", help="record module:attribute (tests plant one)")
+    ap.add_argument("--lookahead", choices=("auto", "yes", "no"), default="auto",
+                    help="the tree can run with lookahead hashes (read by kvreach.conform.switches)")
+    ap.add_argument("--retention-default", default="0", help="the tree's retention default")
     a = ap.parse_args(argv)
     records = RELEASES
     if a.records:
         mod, attr = a.records.split(":")
         records = getattr(__import__(mod, fromlist=[attr]), attr)
-    sys.stdout.write(json.dumps(run_here(a.cases, a.seed, records)) + "\n")
+    la = {"auto": None, "yes": True, "no": False}[a.lookahead]
+    rd = None if a.retention_default == "None" else int(a.retention_default) \
+        if a.retention_default.isdigit() else 0
+    sys.stdout.write(json.dumps(run_here(a.cases, a.seed, records, la, rd)) + "\n")
     return 0
 
 
@@ -580,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
 class SystemVerdict:
     data: dict | None
     missing: str | None = None  # why it could not run (cannot decide)
+    switches: object = None  # kvreach.conform.switches.Switches of the tree
 
     @property
     def agree(self) -> list[str]:
@@ -623,7 +639,7 @@ def unpack_wheel(wheel: Path, dest: Path) -> Path:
 
 
 def run_system(tree_root: Path | None, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
-               python: str | None = None, records: str = "") -> SystemVerdict:
+               python: str | None = None, records: str = "", switches=None) -> SystemVerdict:
     """The system layer on ``tree_root`` (a directory with ``vllm/`` at its
     top: a source tree or an unpacked wheel; None: the installed vLLM) laid
     over the vLLM installed for ``python`` (default: this one)."""
@@ -643,11 +659,14 @@ def run_system(tree_root: Path | None, cases: int = DEFAULT_CASES, seed: int = D
         cmd = [python, "-m", "kvreach.conform.system", "--cases", str(cases), "--seed", str(seed)]
         if records:
             cmd += ["--records", records]
+        if switches is not None:
+            cmd += ["--lookahead", "yes" if switches.lookahead_reachable else "no",
+                    "--retention-default", str(switches.retention_default)]
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     if p.returncode != 0 or not p.stdout.strip():
         last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return SystemVerdict(None, f"the vLLM under test does not run here: {last}")
-    return SystemVerdict(json.loads(p.stdout.strip().splitlines()[-1]))
+        return SystemVerdict(None, f"the vLLM under test does not run here: {last}", switches)
+    return SystemVerdict(json.loads(p.stdout.strip().splitlines()[-1]), switches=switches)
 
 
 if __name__ == "__main__":
