@@ -206,8 +206,12 @@ def _tree_lookup(x, ex: Extracted):
         manager=_Manager(lambda k: keys.get(k, lk.Answer.MISS)), _events_tracker=_Quiet(),
         _sliding_window_groups=tuple(swa), _lookup_groups=tuple(full) + tuple(swa),
         _mamba_align_size=None, _chunks_being_loaded=None)
-    self._maximal_prefix_lookup = types.MethodType(ex.fns["maximal_prefix_lookup"], self)
-    self._sliding_window_lookup = types.MethodType(ex.fns["sliding_window_lookup"], self)
+    # the scans the lookup calls: bound when found by name; a renamed one is
+    # found by the stub as a member of the tree's class
+    for role, attr in (("maximal_prefix_lookup", "_maximal_prefix_lookup"),
+                       ("sliding_window_lookup", "_sliding_window_lookup")):
+        if role in ex.fns:
+            setattr(self, attr, types.MethodType(ex.fns[role], self))
     states = [Stub("RequestGroupState", offload_keys=[(gi, c) for c in range(x["n"] // gc.tokens_per_chunk)],
                                     lookup_hit_end_chunk_idx=0) for gi, gc in enumerate(gcs)]
     req_status = Stub("RequestOffloadState",
@@ -453,7 +457,7 @@ CHECKS: tuple[Role, ...] = (
     Role("sliding-window scan", ("sliding_window_lookup",), ("pending", "padded_initial_window"),
          _in_scan, _tree_scan, _twin_scan),
     Role("prefix scan", ("maximal_prefix_lookup",), (), _in_prefix, _tree_prefix, _twin_prefix),
-    Role("lookup", ("window", "sliding_window_lookup", "maximal_prefix_lookup", "lookup_complete_chunks"),
+    Role("lookup", ("window", "lookup_complete_chunks"),
          ("eagle_widening", "max_num_new_tokens", "max_load_tokens", "lookup_window_extra",
           "padded_initial_window", "pending", *_LOOKUP_NEW), _in_lookup, _tree_lookup, _twin_lookup),
     Role("storable chunks", ("storable_chunks",), ("eagle_tail_lifted_at_finish", "storable_keyed_cap"),
