@@ -1,10 +1,19 @@
-"""``kvreach conform``: the installed vLLM is 0.33.0's record, a planted change
-to one extracted function is reported with the input it differs on, every
-checked part of a record is caught when flipped, and bad input is one line."""
+"""``kvreach conform``, the function layer: a release's own code equals its
+record; a planted semantic change (one chunk more in the lookup window) is a
+difference with the input it shows; a planted pure refactor (a renamed
+helper, a new keyword argument with a default, a function moved to another
+module) is not; a role the tree's code cannot run with the stubs is "cannot
+check", never "differs"; every checked part of a record is caught when
+flipped; bad input is one line.
+
+Trees: the installed vLLM's sources, or a release's sources from the
+project's own cached fetch (``tests/vllm_releases.py``), copied and planted."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.metadata
 import importlib.util
 import shutil
 from pathlib import Path
@@ -19,6 +28,7 @@ from kvreach.cli import app
 runner = CliRunner()
 
 _WINDOW_LINE = "kv_cache_spec.sliding_window - 1 + kv_cache_spec.extra_retained_tokens"
+CASES = 300
 
 
 def _installed_root() -> Path:
@@ -29,43 +39,188 @@ def _installed_root() -> Path:
     return Path(tree.label.split("(", 1)[1].rstrip(")")).parent
 
 
-def _copy_tree(root: Path, dest: Path) -> Path:
-    for f in cf.FILES:
+def installed_version() -> str:
+    return importlib.metadata.version("vllm").split("+")[0]
+
+
+def record_of(version: str) -> R.Release | None:
+    try:
+        return R.release(version)
+    except ValueError:
+        return None
+
+
+def copy_tree(root: Path, dest: Path) -> Path:
+    """The files conform reads (the three files and the offloading package)."""
+    files = cf.Tree._from_dir(root, "copy").files
+    for f in files:
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / f, dest / f)
     return dest
 
 
-@pytest.mark.vllm
-def test_installed_vllm_equals_the_0_33_0_record():
-    _installed_root()
-    r = runner.invoke(app, ["conform", "--cases", "500"])
-    assert r.exit_code == 0, r.output
-    assert "x 500 cases each" in r.output
-    assert r.output.strip().splitlines()[-1] == "equals 0.33.0"
-    assert "0.31.0/0.32.0: differs in 3: function window, store step, cursor on lookup" in r.output
+def _roles(v: cf.Verdict) -> dict[str, list[str]]:
+    return {name: [d.role for d in ds] for name, ds in v.differences.items()}
+
+
+@pytest.fixture(scope="module")
+def pristine():
+    root = _installed_root()
+    return root, cf.conform(cf.Tree.installed(), CASES)
 
 
 @pytest.mark.vllm
-def test_a_planted_change_to_the_window_function_differs(tmp_path):
-    """One ``- 1`` removed from ``get_sliding_window_size_in_chunks``: no
-    record matches, the nearest is 0.33.0, and the window role's first
-    differing input is printed with both values."""
-    tree = _copy_tree(_installed_root(), tmp_path / "branch")
-    cfg = tree / cf._CONFIG
-    text = cfg.read_text()
-    assert text.count(_WINDOW_LINE) == 1
-    cfg.write_text(text.replace(_WINDOW_LINE, _WINDOW_LINE.replace(" - 1", "")))
-    r = runner.invoke(app, ["conform", "--vllm-src", str(tree), "--cases", "500"])
+def test_installed_vllm_is_its_record_or_cannot_decide(pristine):
+    """The installed release equals its record when every role runs on its
+    code; a role that cannot run makes it "cannot decide" (exit 2) with what
+    the role now reads, and no checked role differs from the release's record
+    (or, before that record exists, from the previous one)."""
+    _, v = pristine
+    r = record_of(installed_version())
+    assert v.outcome != cf.DIFFERS, cf.render(v)
+    if not v.unchecked:
+        assert v.equal == r
+        return
+    assert v.outcome == cf.UNDECIDED and v.exit_code == 2
+    for u in v.unchecked:
+        assert u.why.startswith(("it now reads", "its signature changed", "it now returns",
+                                 "it now calls", "the tree has no")), u
+    assert (r or R.RELEASES[-1]) in v.candidates
+    out = runner.invoke(app, ["conform", "--cases", "50", "--function-only"])
+    assert out.exit_code == 2, out.output
+    assert "cannot check role" in out.output and "differs in" not in out.output.split("cannot check")[0]
+
+
+@pytest.mark.vllm
+def test_release_0_33_0_sources_equal_its_record():
+    """0.33.0's own sources (the project's cached fetch): every role runs
+    and it equals the 0.33.0 record."""
+    import vllm_releases
+
+    v = cf.conform(cf.Tree.source(vllm_releases.source("0.33.0")), CASES)
+    assert not v.unchecked, cf.render(v)
+    assert v.equal == R.V0_33_0 and v.exit_code == 0
+    assert _roles(v)["0.31.0/0.32.0"] == ["store step", "cursor on lookup"]
+
+
+def _plant(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) >= 1, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.vllm
+def test_a_planted_change_to_the_lookup_window_differs(tmp_path, pristine):
+    """One ``- 1`` removed from ``get_sliding_window_size_in_chunks`` (one
+    chunk more in the lookup window for some inputs): every record differs,
+    exit 1, and the window role's first differing input is printed with
+    both values."""
+    root, _ = pristine
+    tree = copy_tree(root, tmp_path / "branch")
+    _plant(tree / cf._CONFIG, _WINDOW_LINE, _WINDOW_LINE.replace(" - 1", ""))
+    v = cf.conform(cf.Tree.source(tree), CASES)
+    assert v.outcome == cf.DIFFERS and v.exit_code == 1
+    r = runner.invoke(app, ["conform", "--vllm-src", str(tree), "--cases", str(CASES),
+                            "--function-only"])
     assert r.exit_code == 1, r.output
-    assert "equals no record; nearest 0.33.0, differs:" in r.output
+    assert "differs from every record; nearest " in r.output
     lines = r.output.splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith("  window [lookup_window_extra] at case"))
     assert "W=" in lines[i] and "extra=" in lines[i]
-    assert lines[i + 1].strip().startswith("tree -> ") and ", 0.33.0 -> " in lines[i + 1]
-    # the planted tree's window is one more than the record's on that input
-    tree_v, rec_v = (int(s.rsplit("-> ", 1)[1]) for s in lines[i + 1].split(", 0.33.0"))
+    near = v.nearest.name
+    assert lines[i + 1].strip().startswith("tree -> ") and f", {near} -> " in lines[i + 1]
+    tree_v, rec_v = (int(s.rsplit("-> ", 1)[1]) for s in lines[i + 1].split(f", {near}"))
     assert tree_v == rec_v + 1
+
+
+def _add_keyword(src: str, names: set[str]) -> str:
+    """Each def in ``names`` gets a new keyword-only argument with a default."""
+    mod = ast.parse(src)
+    hit = set()
+    for node in ast.walk(mod):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            node.args.kwonlyargs.append(ast.arg("trace_id", None))
+            node.args.kw_defaults.append(ast.Constant(None))
+            hit.add(node.name)
+    assert hit == names, names - hit
+    return ast.unparse(mod)
+
+
+def _move(root: Path, f: str, name: str, new_module: str) -> None:
+    """Move the module-level def ``name`` from ``f`` into ``new_module`` of
+    the same package (with ``f``'s imports); ``f`` imports it from there."""
+    path = root / f
+    mod = ast.parse(path.read_text())
+    node = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    imports = [n for n in mod.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    at = mod.body.index(node)
+    pkg = f.rsplit("/", 1)[0].replace("/", ".")
+    mod.body[at] = ast.ImportFrom(f"{pkg}.{new_module}", [ast.alias(name)], 0)
+    path.write_text(ast.unparse(mod))
+    (path.parent / f"{new_module}.py").write_text(ast.unparse(ast.Module([*imports, node], [])))
+
+
+REFACTORS = ("renamed helper", "new keyword argument", "moved function")
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("refactor", REFACTORS)
+def test_a_planted_refactor_is_not_a_difference(tmp_path, pristine, refactor):
+    """The same tree refactored: the same records differ in the same roles,
+    the outcome is not "differs", and no role is lost except one whose very
+    name the refactor changed (reported as not found)."""
+    root, before = pristine
+    tree = copy_tree(root, tmp_path / "refactored")
+    sched = tree / cf._SCHED
+    lost: set[str] = set()
+    if refactor == "renamed helper":
+        _plant(sched, "_maximal_prefix_lookup", "_longest_prefix_lookup")
+        lost = {"prefix scan"}
+    elif refactor == "new keyword argument":
+        sched.write_text(_add_keyword(sched.read_text(), {
+            "_sliding_window_lookup", "_maximal_prefix_lookup", "storable_chunks"}))
+        (tree / cf._MANAGER).write_text(_add_keyword((tree / cf._MANAGER).read_text(),
+                                                     {"reachable_block_mask"}))
+    else:
+        f = before.where["window"].split(":")[0]
+        _move(tree, f, "get_sliding_window_size_in_chunks", "window_size")
+    after = cf.conform(cf.Tree.source(tree), CASES)
+    assert _roles(after) == _roles(before), cf.render(after)
+    assert after.outcome != cf.DIFFERS
+    assert [c.name for c in after.candidates] == [c.name for c in before.candidates]
+    assert {u.role for u in after.unchecked} == {u.role for u in before.unchecked} | lost
+    for u in after.unchecked:
+        if u.role in lost:
+            assert "_maximal_prefix_lookup" in u.why and "the tree has no" in u.why
+    if refactor == "moved function":
+        assert after.where["window"].endswith("offloading/window_size.py:get_sliding_window_size_in_chunks")
+    if refactor == "renamed helper":
+        # the lookup calls the renamed helper through its class: still run
+        # wherever it ran before
+        assert ("lookup" in {u.role for u in before.unchecked}) == (
+            "lookup" in {u.role for u in after.unchecked})
+
+
+def test_a_role_the_stubs_cannot_run_is_cannot_check_not_differs(tmp_path):
+    """A padded-window method that now reads a new attribute of the spec
+    and a store-rule function with a new required parameter: both roles are
+    "cannot check" with what they now read, and no record differs."""
+    sched = tmp_path / cf._SCHED
+    sched.parent.mkdir(parents=True)
+    sched.write_text(
+        "def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):\n"
+        "    return -(-kv_cache_spec.sliding_window // tokens_per_chunk)\n"
+        "class GroupOffloadConfig:\n"
+        "    def load_window_size_in_chunks(self, num_tokens):\n"
+        "        return self.kv_cache_spec.window_in_tokens\n"
+        "def is_store_reachable_swa_chunk(chunk_idx, num_chunks, acc, w, eagle, new_flag):\n"
+        "    return True\n")
+    v = cf.conform(cf.Tree.source(tmp_path), 5)
+    whys = {u.role: u.why for u in v.unchecked}
+    assert whys["load window"] == "it now reads SlidingWindowSpec.window_in_tokens"
+    assert whys["store rule"].startswith("its signature changed (") and "new_flag" in whys["store rule"]
+    assert "window" not in whys  # it ran
+    assert v.candidates and v.outcome == cf.UNDECIDED and v.exit_code == 2, cf.render(v)
 
 
 _ALT = {"store_rule": ("vllm-0.29", "vllm-0.33"),
@@ -76,21 +231,21 @@ _ALT = {"store_rule": ("vllm-0.29", "vllm-0.33"),
 
 def flipped(r: R.Release):
     """(part, a record equal to ``r`` but for that part) for every part a
-    role checks (``mask_window_extra`` has no meaning for the pre-fix rule)."""
+    role checks (``mask_window_extra`` has no meaning for the pre-fix rule;
+    the window's module is where a function lives, a refactor, not a part
+    a role checks)."""
     for k, v in r.parts().items():
         if k in cf.UNCHECKED or (k == "mask_window_extra" and r.store_rule == "vllm-0.29"):
             continue
         new = (not v) if isinstance(v, bool) else next(a for a in _ALT[k] if a != v)
         yield k, dataclasses.replace(r, names=("flipped",), **{k: new})
-    other = R._CONFIG if r.window_module == R._SCHED else R._SCHED
-    yield "window_module", dataclasses.replace(r, names=("flipped",), window_module=other)
 
 
 def assert_every_part_caught(tree: cf.Tree, r: R.Release, cases: int = 300) -> None:
     """``r`` equals the tree, and each record with one part flipped does not
     (one run: the tree's values are computed once for all records)."""
     flips = [dataclasses.replace(m, names=(f"flipped {k}",)) for k, m in flipped(r)]
-    assert len(flips) >= 13
+    assert len(flips) >= 13, [m.name for m in flips]
     v = cf.conform(tree, cases, records=(r, *flips))
     assert not v.differences[r.name], cf.render(v)
     missed = [m.name for m in flips if not v.differences[m.name]]
@@ -99,8 +254,9 @@ def assert_every_part_caught(tree: cf.Tree, r: R.Release, cases: int = 300) -> N
 
 @pytest.mark.vllm
 def test_every_checked_part_of_the_0_33_0_record_is_caught_when_flipped():
-    _installed_root()
-    assert_every_part_caught(cf.Tree.installed(), R.V0_33_0)
+    import vllm_releases
+
+    assert_every_part_caught(cf.Tree.source(vllm_releases.source("0.33.0")), R.V0_33_0)
 
 
 def test_bad_input_is_one_line(tmp_path):
@@ -120,12 +276,43 @@ def test_bad_input_is_one_line(tmp_path):
         assert "Traceback" not in out
 
 
-def test_a_tree_without_the_lookup_is_reported_not_crashed(tmp_path):
-    """A scheduler.py with none of the functions: every role is missing,
-    exit 1, no record."""
+def test_a_tree_without_the_functions_cannot_decide(tmp_path):
+    """A scheduler.py with none of the functions: every role cannot be
+    checked (not found), exit 2, no record named."""
     sched = tmp_path / cf._SCHED
     sched.parent.mkdir(parents=True)
     sched.write_text("def unrelated():\n    return 1\n")
-    r = runner.invoke(app, ["conform", "--vllm-src", str(tmp_path), "--cases", "5"])
-    assert r.exit_code == 1, r.output
-    assert "equals no record" in r.output and "missing" in r.output
+    r = runner.invoke(app, ["conform", "--vllm-src", str(tmp_path), "--cases", "5",
+                            "--function-only"])
+    assert r.exit_code == 2, r.output
+    assert "cannot decide" in r.output and "the tree has no" in r.output
+    assert "equals" not in r.output.splitlines()[-1]
+
+
+@pytest.mark.vllm
+def test_the_switches_are_read_from_the_tree(tmp_path):
+    """Lookahead block hashes are reachable under the offloading connector
+    exactly when the scheduler reads them, the connector supports them and
+    the config consults the connector (0.34.0 on), never on 0.33.0; a copy of
+    the installed tree whose connector says False is not; the retention and
+    extra_retained_tokens defaults are the trees' (0 and 0)."""
+    import vllm_releases
+    from kvreach.conform import switches
+
+    s33 = switches.read(cf.Tree.source(vllm_releases.source("0.33.0")))
+    assert not s33.lookahead_reachable and not s33.scheduler_reads_lookahead
+    assert (s33.retention_default, s33.extra_retained_default) == (0, 0)
+    root = _installed_root()
+    here = switches.read(cf.Tree.installed())
+    assert here.lookahead_reachable == (tuple(map(int, installed_version().split(".")[:2])) >= (0, 34))
+    if here.lookahead_reachable:
+        tree = copy_tree(root, tmp_path / "no-lookahead")
+        for f in ("vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py",):
+            (tree / f).parent.mkdir(parents=True, exist_ok=True)
+            text = (root / f).read_text()
+            i = text.index("def supports_lookahead_block_hashes")
+            j = text.index("return True", i)
+            (tree / f).write_text(text[:j] + "return False" + text[j + len("return True"):])
+        off = switches.read(cf.Tree.source(tree))
+        assert off.connector_supports_lookahead is False and not off.lookahead_reachable
+        assert "the connector does not support it" in off.lines()[0]

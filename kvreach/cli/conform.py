@@ -21,11 +21,18 @@ def conform(
     cases: Annotated[Optional[int], typer.Option(
         "--cases", help="random cases per checked function (default 1000, at most 1,000,000)")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the inputs' random seed")] = 0,
+    function_only: Annotated[bool, typer.Option(
+        "--function-only", help="only the function layer (no vLLM run)")] = False,
+    system_cases: Annotated[Optional[int], typer.Option(
+        "--system-cases", help="hypothesis cases of the system layer (default 60, at most 10,000)")] = None,
 ) -> None:
-    """Run the vLLM tree's store and lookup functions against every release
-    record (vLLM 0.29.0 .. 0.33.0) and print the record it equals (exit 0),
-    or the first input on which it differs from the nearest one (exit 1)."""
+    """Which release record a vLLM tree equals. Exit 0: it equals a record
+    (named on the last line); 1: it differs from every record (the first
+    differing input or trace, with the record part that explains it); 2:
+    cannot decide (the roles that could not be checked on this tree and what
+    they now read), or bad input."""
     from kvreach import conform as cf
+    from kvreach.conform.combined import combine
 
     if vllm_wheel is not None and vllm_src is not None:
         raise CliError("--vllm-src", vllm_src, "no --vllm-wheel with it (one tree at a time)")
@@ -34,6 +41,9 @@ def conform(
         raise CliError("--cases", n, f"an integer from 1 to {cf.MAX_CASES:,}")
     if not 0 <= seed <= MAX_INT:
         raise CliError("--seed", seed, f"an integer from 0 to {MAX_INT}")
+    m = 60 if system_cases is None else system_cases
+    if not 1 <= m <= 10_000:
+        raise CliError("--system-cases", m, "an integer from 1 to 10,000")
     try:
         tree = (cf.Tree.wheel(vllm_wheel) if vllm_wheel is not None
                 else cf.Tree.source(vllm_src) if vllm_src is not None else cf.Tree.installed())
@@ -41,5 +51,17 @@ def conform(
     except cf.ConformError as e:
         _error_line(str(e))
         raise typer.Exit(2) from None
-    sys.stdout.write("\n".join(cf.render(verdict)) + "\n")
-    raise typer.Exit(0 if verdict.equal is not None else 1)
+    sv = None
+    if not function_only:
+        import tempfile
+
+        from kvreach.conform import switches, system
+
+        with tempfile.TemporaryDirectory() as tmp:
+            root = tree.root
+            if tree.wheel_path is not None:
+                root = system.unpack_wheel(tree.wheel_path, Path(tmp))
+            sv = system.run_system(root, m, seed, switches=switches.read(tree))
+    lines, code = combine(verdict, sv)
+    sys.stdout.write("\n".join(lines) + "\n")
+    raise typer.Exit(code)

@@ -19,8 +19,13 @@ which comes from ``kvreach.impl.mask.v029_alignment_chunk_count``.
 Each *role* (a function, or a method driven through a harness) is run on
 the same seeded random inputs for the tree and for every record's kvreach
 twin (``kvreach.impl`` with the record's parts as parameters); the tree
-equals a record when every role agrees on every case and the tree has
-exactly the functions the record's release has.
+equals a record when every role runs and agrees on every case. A role whose
+code the stubs cannot run (its function not found, a new required
+parameter, an attribute or helper the stubs lack, a result of a new shape)
+is "cannot check role X on this tree: it now reads Y", never a difference;
+a renamed or new helper of a stubbed class, and a module-level helper of the
+tree, run as the tree has them. Where a function lives is shown, never
+compared: a moved function is a refactor.
 
 The package, in the order a run goes: :mod:`.extract` (trees, finding and
 compiling the functions), :mod:`.stubs` (what the extracted code touches),
@@ -40,8 +45,13 @@ from kvreach.conform.checks import (
 from kvreach.conform.compare import (
     DEFAULT_CASES,
     DEFAULT_SEED,
+    DIFFERS,
+    EQUALS,
+    EXIT,
     MAX_CASES,
+    UNDECIDED,
     Difference,
+    Unchecked,
     Verdict,
     conform,
 )
@@ -67,7 +77,7 @@ from kvreach.conform.stubs import (
 )
 
 __all__ = [
-    "CHECKS", "DEFAULT_CASES", "DEFAULT_SEED", "FILES", "MAX_CASES", "ROLES", "UNCHECKED",
+    "CHECKS", "DEFAULT_CASES", "DEFAULT_SEED", "DIFFERS", "EQUALS", "EXIT", "UNDECIDED", "Unchecked", "FILES", "MAX_CASES", "ROLES", "UNCHECKED",
     "ChunkedLocalAttentionSpec", "ConformError", "Difference", "Extracted", "FullAttentionSpec",
     "LookupResult", "MambaSpec", "RequestStatus", "Role", "SlidingWindowSpec", "Tree", "Verdict",
     "conform", "extract", "render",

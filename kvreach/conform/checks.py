@@ -4,6 +4,7 @@ tree's value (the extracted function driven with stubs) and a record's twin
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import types
@@ -15,6 +16,7 @@ from kvreach.conform.stubs import (
     FullAttentionSpec,
     RequestStatus,
     SlidingWindowSpec,
+    Stub,
     _Manager,
     _Quiet,
 )
@@ -25,8 +27,17 @@ from kvreach.impl import release_rules as rel
 from kvreach.params import GroupConfig, ParamError, RequestConfig, cdiv
 from kvreach.releases import Release
 
-# Record parts no role checks (from_spec-level configuration).
-UNCHECKED = ("retention_interval", "swa_only_alignment", "unannotated_spec_decode_eagle")
+# Record parts no role of this layer checks: from_spec-level configuration,
+# and what 0.34.0 switches in the vLLM config or in code outside the roles
+# (lookahead hashes, the shared-prefix junction, failed transfers); the
+# system layer (:mod:`.system`) sees them through the real scheduler.
+UNCHECKED = ("retention_interval", "swa_only_alignment", "unannotated_spec_decode_eagle",
+             "lookahead_hashes", "junction_on_lookup", "failed_transfers")
+# 0.34.0's SWA ``-1`` before the caps: the lookup role checks it once
+# impl's lookup parameters carry it (``LookupParts``); until then unchecked.
+_LOOKUP_NEW = tuple(p for p in ("swa_reduction_before_caps",)
+                    if p in {f.name for f in dataclasses.fields(lk.LookupParts)})
+UNCHECKED += tuple(p for p in ("swa_reduction_before_caps",) if p not in _LOOKUP_NEW)
 
 
 # ---------------------------------------------------------------------------
@@ -95,7 +106,7 @@ def _tree_load_window(x, ex: Extracted):
     spec = SlidingWindowSpec(1, x["W"], x["extra"])
     if "load_window" not in ex.fns:
         return ex.fns["window"](spec, x["C"])  # every run needs the window
-    self = types.SimpleNamespace(sliding_window_size_in_chunks=ex.fns["window"](spec, x["C"]),
+    self = Stub("GroupOffloadConfig", sliding_window_size_in_chunks=ex.fns["window"](spec, x["C"]),
                                  kv_cache_spec=spec, tokens_per_chunk=x["C"])
     return ex.fns["load_window"](self, x["end"])
 
@@ -115,7 +126,7 @@ def _in_scan(rnd):
 
 def _tree_scan(x, ex: Extracted):
     answers = x["answers"]
-    self = types.SimpleNamespace(manager=_Manager(lambda k: answers[k]))
+    self = Stub("OffloadingConnectorScheduler", manager=_Manager(lambda k: answers[k]))
     keys = list(range(len(answers)))
     if "initial_window_size" in ex.params["sliding_window_lookup"]:
         return ex.fns["sliding_window_lookup"](self, keys, x["w"], None, x["initial"])
@@ -133,7 +144,7 @@ def _in_prefix(rnd):
 
 def _tree_prefix(x, ex: Extracted):
     answers = x["answers"]
-    self = types.SimpleNamespace(manager=_Manager(lambda k: answers[k]), _events_tracker=_Quiet())
+    self = Stub("OffloadingConnectorScheduler", manager=_Manager(lambda k: answers[k]), _events_tracker=_Quiet())
     return ex.fns["maximal_prefix_lookup"](self, list(range(len(answers))), None, None, None, 0)
 
 
@@ -178,7 +189,7 @@ def _tree_lookup(x, ex: Extracted):
         C = g["b"] * bpc
         spec = FullAttentionSpec() if g["W"] is None else SlidingWindowSpec(g["b"], g["W"], g["extra"])
         sw = None if g["W"] is None else ex.fns["window"](spec, C)
-        gc = types.SimpleNamespace(group_idx=gi, tokens_per_block=g["b"], tokens_per_chunk=C,
+        gc = Stub("GroupOffloadConfig", group_idx=gi, tokens_per_block=g["b"], tokens_per_chunk=C,
                                    sliding_window_size_in_chunks=sw, kv_cache_spec=spec,
                                    is_eagle_group=g["eagle"])
         if "load_window" in ex.fns:
@@ -190,18 +201,22 @@ def _tree_lookup(x, ex: Extracted):
     swa = sorted((gc.group_idx for gc in gcs if gc.sliding_window_size_in_chunks is not None),
                  key=lambda i: gcs[i].sliding_window_size_in_chunks, reverse=True)
     keys = x["keys"]
-    self = types.SimpleNamespace(
-        config=types.SimpleNamespace(kv_group_configs=tuple(gcs)),
+    self = Stub("OffloadingConnectorScheduler",
+        config=Stub("SchedulerOffloadConfig", kv_group_configs=tuple(gcs)),
         manager=_Manager(lambda k: keys.get(k, lk.Answer.MISS)), _events_tracker=_Quiet(),
         _sliding_window_groups=tuple(swa), _lookup_groups=tuple(full) + tuple(swa),
         _mamba_align_size=None, _chunks_being_loaded=None)
-    self._maximal_prefix_lookup = types.MethodType(ex.fns["maximal_prefix_lookup"], self)
-    self._sliding_window_lookup = types.MethodType(ex.fns["sliding_window_lookup"], self)
-    states = [types.SimpleNamespace(offload_keys=[(gi, c) for c in range(x["n"] // gc.tokens_per_chunk)],
+    # the scans the lookup calls: bound when found by name; a renamed one is
+    # found by the stub as a member of the tree's class
+    for role, attr in (("maximal_prefix_lookup", "_maximal_prefix_lookup"),
+                       ("sliding_window_lookup", "_sliding_window_lookup")):
+        if role in ex.fns:
+            setattr(self, attr, types.MethodType(ex.fns[role], self))
+    states = [Stub("RequestGroupState", offload_keys=[(gi, c) for c in range(x["n"] // gc.tokens_per_chunk)],
                                     lookup_hit_end_chunk_idx=0) for gi, gc in enumerate(gcs)]
-    req_status = types.SimpleNamespace(
+    req_status = Stub("RequestOffloadState",
         num_locally_computed_tokens=x["local"], max_load_tokens=x["max_load"],
-        req=types.SimpleNamespace(num_tokens=x["n"], request_id="r"), req_context=None,
+        req=Stub("Request", num_tokens=x["n"], request_id="r"), req_context=None,
         group_states=tuple(states))
     fn = ex.fns["lookup_complete_chunks"]
     if "max_num_new_tokens" in ex.params["lookup_complete_chunks"]:
@@ -231,11 +246,11 @@ def _in_storable(rnd):
 
 
 def _tree_storable(x, ex: Extracted):
-    self = types.SimpleNamespace(
-        req=types.SimpleNamespace(num_prompt_tokens=x["P"], is_finished=lambda: x["finished"]),
-        config=types.SimpleNamespace(blocks_per_chunk=x["bpc"]))
-    gc = types.SimpleNamespace(tokens_per_chunk=x["C"], is_eagle_group=x["eagle"])
-    gs = types.SimpleNamespace(block_ids=[1] * x["blocks"], offload_keys=[0] * x["keys"])
+    self = Stub("RequestOffloadState",
+        req=Stub("Request", num_prompt_tokens=x["P"], is_finished=lambda: x["finished"]),
+        config=Stub("SchedulerOffloadConfig", blocks_per_chunk=x["bpc"]))
+    gc = Stub("GroupOffloadConfig", tokens_per_chunk=x["C"], is_eagle_group=x["eagle"])
+    gs = Stub("RequestGroupState", block_ids=[1] * x["blocks"], offload_keys=[0] * x["keys"])
     return ex.fns["storable_chunks"](self, gc, gs, x["off"])
 
 
@@ -263,10 +278,10 @@ def _tree_store(x, ex: Extracted):
         mgr = type("SlidingWindowManager", (), {
             "reachable_block_mask": classmethod(ex.fns["block_mask"]),
             "_contiguous_blocks_for_hit": classmethod(ex.fns["contiguous_blocks"])})
-        self = types.SimpleNamespace(config=types.SimpleNamespace(
+        self = Stub("OffloadingConnectorScheduler", config=Stub("SchedulerOffloadConfig",
             blocks_per_chunk=g.blocks_per_chunk, alignment_tokens=g.alignment_tokens,
             retention_interval=g.retention_interval, dcp_world_size=g.dcp_world_size))
-        gc = types.SimpleNamespace(
+        gc = Stub("GroupOffloadConfig",
             kv_cache_spec=SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens),
             is_eagle_group=g.eagle, manager_cls=mgr)
         boundaries = (x["P"] - 1,) if g.retention_interval is not None else ()
@@ -316,12 +331,12 @@ def _tree_store_jobs(x, ex: Extracted):
         "_contiguous_blocks_for_hit": classmethod(ex.fns["contiguous_blocks"])}) \
         if "block_mask" in ex.fns else None
     window = ex.fns["window"](spec, C)
-    gc = types.SimpleNamespace(
+    gc = Stub("GroupOffloadConfig",
         group_idx=0, tokens_per_block=g.block_tokens, tokens_per_chunk=C,
         sliding_window_size_in_chunks=window, kv_cache_spec=spec, manager_cls=mgr,
         is_eagle_group=g.eagle, requires_cow_source=False,
         alignment_chunk_count=mask.v029_alignment_chunk_count(g))
-    config = types.SimpleNamespace(
+    config = Stub("SchedulerOffloadConfig",
         blocks_per_chunk=bpc, kv_group_configs=(gc,), alignment_tokens=g.alignment_tokens,
         retention_interval=None, dcp_world_size=g.dcp_world_size,
         offload_prompt_only=x["prompt_only"],
@@ -329,21 +344,21 @@ def _tree_store_jobs(x, ex: Extracted):
     finished = x["kind"] != "running"
     status = {"running": RequestStatus.RUNNING, "finished": RequestStatus.FINISHED_STOPPED,
               "aborted": RequestStatus.FINISHED_ABORTED}[x["kind"]]
-    req = types.SimpleNamespace(
+    req = Stub("Request",
         request_id="r", status=status, is_finished=lambda: finished,
         num_computed_tokens=x["computed"], num_tokens=x["nt"], num_prompt_tokens=x["P"],
         shared_prefix_boundary=0)
-    gs = types.SimpleNamespace(
+    gs = Stub("RequestGroupState",
         offload_keys=[(0, c) for c in range(x["nt"] // C)],
         block_ids=[0 if b in x["null"] else b + 1 for b in range(x["nblocks"])],
         next_stored_chunk_idx=x["cursor"])
-    rs = types.SimpleNamespace(config=config, req=req, group_states=(gs,), max_offload_tokens=None,
+    rs = Stub("RequestOffloadState", config=config, req=req, group_states=(gs,), max_offload_tokens=None,
                                transfer_jobs=set(), req_context=None)
     rs.storable_chunks = types.MethodType(ex.fns["storable_chunks"], rs)
     rs.advance_stored_idx = types.MethodType(ex.fns["advance_stored_idx"], rs)
     manager = _Manager(lambda k: lk.Answer.MISS)
     counter = itertools.count()
-    self = types.SimpleNamespace(
+    self = Stub("OffloadingConnectorScheduler",
         config=config, _req_status={"r": rs}, manager=manager, _connector_stats=_Quiet(),
         _events_tracker=_Quiet(), _block_id_to_pending_jobs={}, _jobs={},
         _current_batch_allocated_block_ids=set(), _current_batch_jobs_to_flush=set(),
@@ -353,7 +368,7 @@ def _tree_store_jobs(x, ex: Extracted):
                        ("final_alignment", "_final_swa_alignment_blocks")):
         if role in ex.fns:
             setattr(self, attr, types.MethodType(ex.fns[role], self))
-    out = types.SimpleNamespace(num_scheduled_tokens={} if finished else {"r": x["sched"]},
+    out = Stub("SchedulerOutput", num_scheduled_tokens={} if finished else {"r": x["sched"]},
                                 finished_req_ids={"r"} if finished else set())
     ex.fns["build_store_jobs"](self, out)
     return (tuple(sorted(c for _, c in manager.stored)), gs.next_stored_chunk_idx)
@@ -386,15 +401,15 @@ def _in_cursor(rnd):
 
 
 def _tree_cursor(x, ex: Extracted):
-    gs = types.SimpleNamespace(block_ids=[1, 2], next_stored_chunk_idx=x["cursor"], offload_keys=[])
-    rs = types.SimpleNamespace(group_states=(gs,), transfer_jobs=set(), num_locally_computed_tokens=0,
+    gs = Stub("RequestGroupState", block_ids=[1, 2], next_stored_chunk_idx=x["cursor"], offload_keys=[])
+    rs = Stub("RequestOffloadState", group_states=(gs,), transfer_jobs=set(), num_locally_computed_tokens=0,
                                deferred_lookup_start_time=None, update_offload_keys=lambda: None,
                                update_num_hit_chunks=lambda n: None)
-    self = types.SimpleNamespace(
+    self = Stub("OffloadingConnectorScheduler",
         _req_status={"r": rs}, _acquire_step=lambda: None, _lookup=lambda *a: x["hit"],
         _connector_stats=_Quiet(), _maybe_observe_lookup_async_delay=lambda rs: None,
         _touch=lambda rs: None, _reserve_sync_load=lambda *a: False)
-    request = types.SimpleNamespace(request_id="r", skip_reading_prefix_cache=False)
+    request = Stub("Request", request_id="r", skip_reading_prefix_cache=False)
     ex.fns["get_num_new_matched_tokens"](self, request, 0)
     return gs.next_stored_chunk_idx
 
@@ -403,10 +418,25 @@ def _twin_cursor(x, r: Release):
     return rel.cursor_after_lookup(r, x["cursor"])
 
 
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_or_none(v) -> bool:
+    return v is None or _int(v)
+
+
+def _tagged(v) -> bool:
+    return isinstance(v, tuple) and len(v) == 2 and v[0] in ("mask", "chunk")
+
+
 @dataclass(frozen=True)
 class Role:
     """One checked piece: the tree functions it needs, the record parts it
-    covers, its inputs, the tree's value and a record's twin."""
+    covers, its inputs, the tree's value and a record's twin. ``shape``: what
+    the tree's value must be for the harness to read it (a value of another
+    shape, e.g. a pair where an int was returned, is a changed interface,
+    which the role cannot check, not a difference)."""
 
     name: str
     needs: tuple[str, ...]
@@ -414,6 +444,8 @@ class Role:
     inputs: Callable
     tree: Callable
     twin: Callable
+    shape: Callable = _int_or_none
+    shape_text: str = "an int or None"
 
 
 CHECKS: tuple[Role, ...] = (
@@ -423,16 +455,19 @@ CHECKS: tuple[Role, ...] = (
     Role("sliding-window scan", ("sliding_window_lookup",), ("pending", "padded_initial_window"),
          _in_scan, _tree_scan, _twin_scan),
     Role("prefix scan", ("maximal_prefix_lookup",), (), _in_prefix, _tree_prefix, _twin_prefix),
-    Role("lookup", ("window", "sliding_window_lookup", "maximal_prefix_lookup", "lookup_complete_chunks"),
+    Role("lookup", ("window", "lookup_complete_chunks"),
          ("eagle_widening", "max_num_new_tokens", "max_load_tokens", "lookup_window_extra",
-          "padded_initial_window", "pending"), _in_lookup, _tree_lookup, _twin_lookup),
+          "padded_initial_window", "pending", *_LOOKUP_NEW), _in_lookup, _tree_lookup, _twin_lookup),
     Role("storable chunks", ("storable_chunks",), ("eagle_tail_lifted_at_finish", "storable_keyed_cap"),
          _in_storable, _tree_storable, _twin_storable),
-    Role("store rule", ("window",), ("store_rule", "mask_window_extra"), _in_store, _tree_store, _twin_store),
+    Role("store rule", ("window",), ("store_rule", "mask_window_extra"), _in_store, _tree_store, _twin_store,
+         _tagged, "a block mask or a chunk's verdict"),
     Role("store step", ("window", "build_store_jobs", "storable_chunks", "advance_stored_idx",
                         "offloadable"),
-         ("finish_clamp", "null_block_filter", "store_rule", "mask_window_extra"),
-         _in_store_jobs, _tree_store_jobs, _twin_store_jobs),
+         ("finish_clamp", "null_block_filter", "store_rule", "mask_window_extra",
+          "finish_computed_clamp"),
+         _in_store_jobs, _tree_store_jobs, _twin_store_jobs,
+         lambda v: isinstance(v, tuple), "(stored chunks, cursor)"),
     Role("cursor on lookup", ("get_num_new_matched_tokens",), ("cursor_on_lookup",),
          _in_cursor, _tree_cursor, _twin_cursor),
 )

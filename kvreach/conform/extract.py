@@ -5,6 +5,7 @@ them with ``ast`` and compiled into one namespace of stubs
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib.util
 import zipfile
 from dataclasses import dataclass, field
@@ -17,6 +18,20 @@ _SCHED = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
 _CONFIG = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
 _MANAGER = "vllm/v1/core/single_type_kv_cache_manager.py"
 FILES = (_SCHED, _CONFIG, _MANAGER)
+# Where else a function may have moved to (searched after FILES), and the
+# files the configuration switches are read from (:mod:`.switches`).
+_OFFLOADING_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/"
+_CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
+_VLLM_CONFIG = "vllm/config/vllm.py"
+_KV_UTILS = "vllm/v1/core/kv_cache_utils.py"
+_CACHE_CONFIG = "vllm/config/cache.py"
+_KV_INTERFACE = "vllm/v1/kv_cache_interface.py"
+EXTRA = (_CONNECTOR, _VLLM_CONFIG, _KV_UTILS, _CACHE_CONFIG, _KV_INTERFACE)
+
+
+def _wanted(name: str) -> bool:
+    return name in FILES or name in EXTRA or (
+        name.startswith(_OFFLOADING_DIR) and name.endswith(".py"))
 
 
 class ConformError(Exception):
@@ -29,6 +44,10 @@ class Tree:
 
     label: str
     files: dict[str, str]
+    # where the whole tree is, for the system layer: a source directory
+    # (``vllm/`` at its top) or a wheel; neither: the installed vLLM
+    root: Path | None = None
+    wheel_path: Path | None = None
 
     @staticmethod
     def installed() -> "Tree":
@@ -36,7 +55,7 @@ class Tree:
         if spec is None or not spec.submodule_search_locations:
             raise ConformError("vllm: not installed (expected an importable vllm package)")
         root = Path(list(spec.submodule_search_locations)[0]).parent
-        return Tree._from_dir(root, f"installed vllm ({root / 'vllm'})")
+        return Tree._from_dir(root, f"installed vllm ({root / 'vllm'})", installed=True)
 
     @staticmethod
     def wheel(path: str | Path) -> "Tree":
@@ -45,13 +64,12 @@ class Tree:
             raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel file")
         try:
             with zipfile.ZipFile(p) as z:
-                names = set(z.namelist())
-                files = {f: z.read(f).decode("utf-8") for f in FILES if f in names}
+                files = {f: z.read(f).decode("utf-8") for f in z.namelist() if _wanted(f)}
         except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as e:
             raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel file ({e})") from None
         if _SCHED not in files:
             raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel (no {_SCHED})")
-        return Tree(f"wheel {p.name}", files)
+        return Tree(f"wheel {p.name}", files, wheel_path=p)
 
     @staticmethod
     def source(path: str | Path) -> "Tree":
@@ -64,9 +82,12 @@ class Tree:
         return Tree._from_dir(root, f"source {p}")
 
     @staticmethod
-    def _from_dir(root: Path, label: str) -> "Tree":
+    def _from_dir(root: Path, label: str, installed: bool = False) -> "Tree":
         files = {}
-        for f in FILES:
+        names = [*FILES, *EXTRA]
+        if (root / _OFFLOADING_DIR).is_dir():
+            names += sorted(str(p.relative_to(root)) for p in (root / _OFFLOADING_DIR).rglob("*.py"))
+        for f in dict.fromkeys(names):
             if (root / f).is_file():
                 try:
                     files[f] = (root / f).read_text(encoding="utf-8")
@@ -74,18 +95,46 @@ class Tree:
                     raise ConformError(f"{label}: {f}: cannot be read ({e})") from None
         if _SCHED not in files:
             raise ConformError(f"{label}: expected a vLLM tree (no {_SCHED})")
-        return Tree(label, files)
+        return Tree(label, files, root=None if installed else root)
+
+    def order(self) -> list[str]:
+        """The files a function is looked for in: FILES first, then the
+        rest of the offloading package (where a moved function goes)."""
+        return [f for f in FILES if f in self.files] + sorted(
+            f for f in self.files if f not in FILES and f.startswith(_OFFLOADING_DIR))
+
+    def parsed(self, f: str) -> ast.Module:
+        cache = self.__dict__.setdefault("_parsed", {})
+        if f not in cache:
+            try:
+                cache[f] = ast.parse(self.files[f])
+            except SyntaxError as e:
+                raise ConformError(f"{self.label}: {f}: not Python ({e})") from None
+        return cache[f]
 
     def find(self, qualname: str) -> tuple[str, ast.FunctionDef] | None:
         """(file, def node) of ``qualname`` (``Class.method`` or a function)
-        in the first file that defines it."""
-        for f in FILES:
-            src = self.files.get(f)
-            if src is None:
-                continue
-            node = _find_def(ast.parse(src), qualname.split("."))
+        in the first file that defines it (a fresh node each call)."""
+        for f in self.order():
+            node = _find_def(ast.parse(self.files[f]), qualname.split("."))
             if node is not None:
                 return f, node
+        return None
+
+    def module_def(self, name: str) -> tuple[str, ast.stmt] | None:
+        """A module-level function or literal constant ``name`` (a helper an
+        extracted function calls by name)."""
+        for f in self.order():
+            for n in self.parsed(f).body:
+                if isinstance(n, ast.FunctionDef) and n.name == name:
+                    return f, _find_def(ast.parse(self.files[f]), [name])
+                if (isinstance(n, ast.Assign) and len(n.targets) == 1
+                        and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name):
+                    try:
+                        ast.literal_eval(n.value)
+                    except ValueError:
+                        return None
+                    return f, n
         return None
 
 
@@ -110,6 +159,16 @@ def _strip(node: ast.FunctionDef) -> ast.FunctionDef:
     return node
 
 
+def _is_property(node: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id in ("property", "cached_property")
+               or isinstance(d, ast.Attribute) and d.attr == "cached_property"
+               for d in node.decorator_list)
+
+
+def _free_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
 @dataclass
 class Extracted:
     """The tree's functions by role (missing roles absent), in one namespace."""
@@ -118,6 +177,50 @@ class Extracted:
     fns: dict[str, Callable] = field(default_factory=dict)
     where: dict[str, str] = field(default_factory=dict)  # role -> "file:qualname"
     params: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ns: dict = field(default_factory=dict)
+    # (class, member) -> (function, is a property) or None; helpers pulled in
+    members: dict[tuple[str, str], tuple[Callable, bool] | None] = field(default_factory=dict)
+    helpers: dict[str, str] = field(default_factory=dict)  # name -> file
+
+    def compile(self, f: str, qualname: str, node: ast.FunctionDef) -> Callable:
+        node = _strip(node)
+        mod = ast.Module(body=[node], type_ignores=[])
+        ast.fix_missing_locations(mod)
+        try:
+            exec(compile(mod, f"<{self.tree.label}:{f}:{qualname}>", "exec"), self.ns)
+        except Exception as e:  # noqa: BLE001 (a tree's text is input)
+            raise ConformError(f"{self.tree.label}: {f}: {qualname}: cannot be compiled ({e})") from None
+        self._pull_helpers(node)
+        return self.ns.pop(node.name)
+
+    def _pull_helpers(self, node: ast.AST) -> None:
+        """Module-level helpers the code calls by a name the stubs lack,
+        compiled from the tree (a renamed or moved helper runs as written)."""
+        for name in sorted(_free_names(node)):
+            if name in self.ns or name in self.helpers or hasattr(builtins, name):
+                continue
+            hit = self.tree.module_def(name)
+            if hit is None:
+                continue
+            f, d = hit
+            self.helpers[name] = f
+            if isinstance(d, ast.Assign):
+                self.ns[name] = ast.literal_eval(d.value)
+            else:
+                self.ns[name] = self.compile(f, name, d)
+
+    def member(self, cls: str, name: str) -> tuple[Callable, bool] | None:
+        """``cls.name`` of the tree, compiled (a stub's fallback)."""
+        key = (cls, name)
+        if key not in self.members:
+            hit = self.tree.find(f"{cls}.{name}")
+            if hit is None:
+                self.members[key] = None
+            else:
+                f, node = hit
+                prop = _is_property(node)
+                self.members[key] = (self.compile(f, f"{cls}.{name}", node), prop)
+        return self.members[key]
 
 
 # role -> candidate qualified names (the first found wins)
@@ -141,26 +244,17 @@ ROLES: dict[str, tuple[str, ...]] = {
 
 
 def extract(tree: Tree) -> Extracted:
-    ns = _namespace()
-    out = Extracted(tree)
+    out = Extracted(tree, ns=_namespace())
     for role, names in ROLES.items():
         for qn in names:
             hit = tree.find(qn)
             if hit is None:
                 continue
             f, node = hit
-            node = _strip(node)
-            mod = ast.Module(body=[node], type_ignores=[])
-            ast.fix_missing_locations(mod)
-            try:
-                exec(compile(mod, f"<{tree.label}:{f}:{qn}>", "exec"), ns)
-            except Exception as e:  # noqa: BLE001 (a tree's text is input)
-                raise ConformError(f"{tree.label}: {f}: {qn}: cannot be compiled ({e})") from None
-            fn = ns.pop(node.name)
-            out.fns[role] = fn
-            out.where[role] = f"{f}:{qn}"
             out.params[role] = tuple(a.arg for a in node.args.args + node.args.kwonlyargs)
+            out.fns[role] = out.compile(f, qn, node)
+            out.where[role] = f"{f}:{qn}"
             break
     if "store_rule" in out.fns:
-        ns["is_store_reachable_swa_chunk"] = out.fns["store_rule"]
+        out.ns["is_store_reachable_swa_chunk"] = out.fns["store_rule"]
     return out

@@ -36,27 +36,36 @@ def _show(x) -> str:
 
 
 def render(v: Verdict) -> list[str]:
-    """The report, one line each."""
+    """The function layer's report, one line each; the last line is the
+    outcome (``equals R``, ``differs ...``, ``cannot decide ...``)."""
     lines = [f"tree: {v.tree}",
-             f"checked: {len(CHECKS)} roles x {v.cases} cases each (seed {v.seed}) "
+             f"function layer: {len(CHECKS)} roles x {v.cases} cases each (seed {v.seed}) "
              f"against {len(v.records)} records: " + ", ".join(r.name for r in v.records),
-             "not checked (they live in SchedulerOffloadConfig.from_spec, which needs a whole "
-             "VllmConfig): " + ", ".join(UNCHECKED)]
+             "not checked by this layer: " + ", ".join(UNCHECKED)]
+    for u in v.unchecked:
+        at = "" if u.case is None else f" (case {u.case})"
+        lines.append(f"  cannot check role {u.role} on this tree: {u.why}{at}")
     for r in v.records:
         d = v.differences[r.name]
-        lines.append(f"  {r.name}: " + ("equal" if not d else
+        lines.append(f"  {r.name}: " + ("no checked role differs" if not d else
                                         f"differs in {len(d)}: " + ", ".join(x.role for x in d)))
     eq = v.equal
     if eq is not None:
+        lines += [f"  moved (a refactor, not a difference): {m}" for m in v.moved.get(eq.name, [])]
         lines.append(f"equals {eq.name}")
         return lines
+    if v.candidates:
+        names = ", ".join(r.name for r in v.candidates)
+        for r in v.candidates:
+            lines += [f"  moved (a refactor, not a difference): {m}" for m in v.moved.get(r.name, [])]
+        lines.append(f"cannot decide: no checked role differs from {names}; "
+                     f"{len(v.unchecked)} role(s) not checked: "
+                     + ", ".join(u.role for u in v.unchecked))
+        return lines
     near = v.nearest
-    lines.append(f"equals no record; nearest {near.name}, differs:")
+    lines.append(f"differs from every record; nearest {near.name}:")
     for d in v.differences[near.name]:
         parts = ", ".join(d.parts) or "(a part every release shares)"
-        if d.case is None:
-            lines.append(f"  {d.role} [{parts}]: tree {d.tree_value}, record {d.twin_value}")
-        else:
-            lines.append(f"  {d.role} [{parts}] at case {d.case}: {_show(d.input)}")
-            lines.append(f"    tree -> {d.tree_value!r}, {near.name} -> {d.twin_value!r}")
+        lines.append(f"  {d.role} [{parts}] at case {d.case}: {_show(d.input)}")
+        lines.append(f"    tree -> {d.tree_value!r}, {near.name} -> {d.twin_value!r}")
     return lines

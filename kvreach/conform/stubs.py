@@ -24,6 +24,11 @@ class SlidingWindowSpec:
     sliding_window: int
     extra_retained_tokens: int = 0
 
+    def __getattr__(self, name):  # only for names the fields lack
+        if not name.startswith("__"):
+            _MISSES.append(f"SlidingWindowSpec.{name}")
+        raise AttributeError(name)
+
 
 class FullAttentionSpec:
     """``FullAttentionSpec`` (only ``isinstance`` is asked of it)."""
@@ -52,6 +57,60 @@ class RequestStatus(enum.Enum):
     RUNNING = 1
     FINISHED_STOPPED = 2
     FINISHED_ABORTED = 3
+
+
+class Gap(Exception):
+    """The extracted code needs what the stubs do not give (a new parameter,
+    attribute or helper): the role cannot be checked on this tree, which is
+    not a difference. ``what`` says what it now reads."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+# What the stubs were asked for and lacked during the current tree call
+# (kept even when the extracted code swallows the AttributeError, e.g. a
+# ``getattr(x, name, default)``): see :func:`reads_missing`.
+_MISSES: list[str] = []
+# The tree whose class members a stub falls back to (set by compare).
+_ACTIVE: list = [None]
+
+
+class Stub(types.SimpleNamespace):
+    """A plain namespace standing in for one vLLM object (``what`` names its
+    class). An attribute it lacks is first looked up as a member of that
+    class in the tree under test (a method is bound, a property evaluated:
+    a renamed or new helper of the class runs as the tree has it); failing
+    that the read is recorded and raises AttributeError."""
+
+    def __init__(self, what: str, **kw):
+        super().__init__(**kw)
+        object.__setattr__(self, "_stub_what", what)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "_stub_what":
+            raise AttributeError(name)
+        what = self.__dict__.get("_stub_what", "?")
+        ex = _ACTIVE[0]
+        if ex is not None:
+            member = ex.member(what, name)
+            if member is not None:
+                fn, is_property = member
+                if is_property:
+                    return fn(self)
+                bound = types.MethodType(fn, self)
+                object.__setattr__(self, name, bound)
+                return bound
+        _MISSES.append(f"{what}.{name}")
+        raise AttributeError(f"{what} stub has no attribute {name!r}")
+
+
+def reads_missing() -> list[str]:
+    """The reads the stubs lacked since the last call (and forget them)."""
+    out = list(dict.fromkeys(_MISSES))
+    _MISSES.clear()
+    return out
 
 
 class _Quiet:
