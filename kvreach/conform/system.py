@@ -191,9 +191,7 @@ def _offered(t: Trace, r: Release, gi: int, ctx: dict, cursor: int) -> tuple[tup
     if kind == "aborted":
         after = ctx["computed"]
     elif kind == "finished":
-        after = rel.finish_tokens(r, req, ctx["nt"])
-        if r.finish_computed_clamp:
-            after = min(ctx["computed"], after)
+        after = rel.finish_tokens(r, req, ctx["nt"], ctx["computed"])
     else:
         after = ctx["computed"] + ctx["sched"]
     hashed = ctx["hashes"] * t.hash_block

@@ -41,7 +41,6 @@ def run_case(case: Case, model_dir: str) -> Trace:
     from kvreach.vllm_harness.config import STOCK
     from kvreach.vllm_harness.scheduler_run import SchedulerRun, prompt_token_ids
 
-    _lookahead_api_fix()
     groups = [full(case.full_block), swa(case.swa_block, case.window, extra=case.extra)]
     if case.eagle:
         groups.append(swa(case.swa_block, case.window, eagle=True, extra=case.extra))
@@ -177,16 +176,6 @@ def lookahead_settable() -> bool:
     from vllm.config import VllmConfig
 
     return not isinstance(getattr(VllmConfig, "num_hash_lookahead_tokens", None), property)
-
-
-def _lookahead_api_fix() -> None:
-    """The harness's ``vllm_api.HAS_HASH_LOOKAHEAD`` is True on 0.33.0 too
-    (its block hasher takes the argument), where the config attribute is a
-    read-only property: there, setting 0 is a no-op."""
-    from kvreach.vllm_harness import vllm_api
-
-    if not lookahead_settable() and vllm_api.HAS_HASH_LOOKAHEAD:
-        vllm_api.HAS_HASH_LOOKAHEAD = False
 
 
 def _yield_req_data(out):
