@@ -355,6 +355,19 @@ def _block_filtered(rule: str, release: Release, g: GroupConfig, w: StoreStep, k
     return kept - set(release_rules.offered_chunks(release, step, null_blocks, bpc))
 
 
+def offered_chunks(rule: str, release: Release, g: GroupConfig, w: StoreStep, num_chunks: int,
+                   null_blocks: frozenset, shared_prefix_boundary: int) -> tuple[int, ...]:
+    """The chunks one ``_build_store_jobs`` step offers ``prepare_store``:
+    the step's selection ``w`` with the tail of ``Request.shared_prefix_boundary``
+    (``reachable_boundaries``, F8; in 0.34.0 also pinned by an offload
+    lookup's shared-prefix junction), less the release's null-block filter
+    over ``null_blocks`` (block indices holding the null block)."""
+    kept = set(w.chunks) | shared_prefix_tail_chunks(rule, g, shared_prefix_boundary,
+                                                     w.start_chunk, num_chunks)
+    kept -= _block_filtered(rule, release, g, w, kept, null_blocks, shared_prefix_boundary)
+    return tuple(sorted(kept))
+
+
 def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int,
               st: VllmStep, release: Release = DEFAULT_RELEASE,
               ) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool]:
@@ -412,10 +425,8 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     jobs = build_store_jobs(rule, g, req, cursor, tokens_after, nt, ends,
                             allocated_chunks=st.allocated_chunks)
     n, w = jobs.num_chunks, jobs.store
-    kept = set(w.chunks) | shared_prefix_tail_chunks(rule, g, st.shared_prefix_boundary,
-                                                     w.start_chunk, n)
-    kept -= _block_filtered(rule, release, g, w, kept, st.null_blocks, st.shared_prefix_boundary)
-    offered = tuple(sorted(kept - set(st.null)))
+    offered = tuple(c for c in offered_chunks(rule, release, g, w, n, st.null_blocks,
+                                              st.shared_prefix_boundary) if c not in st.null)
     if st.outcome == "refused":
         return f_after, cursor, offered, (), ends
     sub = offered if st.outcome == "accept" else tuple(c for c in offered if c in st.accepted)

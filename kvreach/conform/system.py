@@ -167,18 +167,21 @@ _LOOKUP_PARTS = ("lookup_window_extra", "padded_initial_window", "pending", "eag
 def _group_config(t: Trace, g: Group, r: Release, lookahead_mode: bool):
     from kvreach.params import GroupConfig
 
-    eagle = g.eagle and not lookahead_mode
+    # under lookahead hashes an EAGLE group is a plain SWA group but for its
+    # final tail (GroupConfig.legacy_eagle): impl's one mapping of the mode
     if g.kind == "full":
-        return GroupConfig(g.block, 1, None, t.blocks_per_chunk, 1, eagle)
+        return GroupConfig(g.block, 1, None, t.blocks_per_chunk, 1, g.eagle,
+                           lookahead_hashes=lookahead_mode)
     ri = t.retention if (r.retention_interval and t.alignment_tokens is not None) else None
-    return GroupConfig(g.block, g.window, t.alignment_tokens, t.blocks_per_chunk, 1, eagle, ri,
-                       g.extra)
+    return GroupConfig(g.block, g.window, t.alignment_tokens, t.blocks_per_chunk, 1, g.eagle, ri,
+                       g.extra, lookahead_hashes=lookahead_mode)
 
 
 def _offered(t: Trace, r: Release, gi: int, ctx: dict, cursor: int) -> tuple[tuple[int, ...], int]:
     """The chunks record ``r``'s ``_build_store_jobs`` offers group ``gi``
     of one request at one step, and the cursor after."""
     from kvreach.impl import release_rules as rel
+    from kvreach.impl.lifecycle import offered_chunks
     from kvreach.params import RequestConfig
 
     g = t.groups[gi]
@@ -209,7 +212,11 @@ def _offered(t: Trace, r: Release, gi: int, ctx: dict, cursor: int) -> tuple[tup
         return chunks, max(cursor, n)
     w = rel.store_step(r, gc, req, cursor, n, finished)
     null = frozenset(i for i, b in enumerate(blocks) if b == 0)
-    return rel.offered_chunks(r, w, null, bpc), max(cursor, n)
+    # the request's shared_prefix_boundary as the connector reads it (set by
+    # the GPU prefix cache and, in 0.34.0, by an offload lookup's junction)
+    offered = offered_chunks(r.store_rule, r, rel.mask_group(r, gc), w, n, null,
+                             ctx.get("shared_prefix_boundary") or 0)
+    return offered, max(cursor, n)
 
 
 def _twin_hit(t: Trace, r: Release, obs: dict):
@@ -220,11 +227,14 @@ def _twin_hit(t: Trace, r: Release, obs: dict):
     groups = [release_params.lookup_group(r, g.block, t.blocks_per_chunk,
                                           g.window if g.kind == "swa" else None,
                                           g.extra if g.kind == "swa" else 0,
-                                          g.eagle and not lookahead_mode) for g in t.groups]
+                                          g.eagle) for g in t.groups]
     content = lk.StoreContent(hit=frozenset(map(tuple, obs["hit"])),
                               pending=frozenset(map(tuple, obs["pending"])),
                               retry=frozenset(map(tuple, obs["retry"])))
-    req = lk.LaterRequest(obs["num_tokens"], obs["local"], obs["max_load"])
+    # under lookahead hashes the request has fewer keys and an EAGLE group
+    # no widen / pop (LaterRequest.hash_lookahead_tokens: impl's one mapping)
+    req = lk.LaterRequest(obs["num_tokens"], obs["local"], obs["max_load"],
+                          hash_lookahead_tokens=t.lookahead if lookahead_mode else 0)
     return lk.lookup(groups, req, content, parts=release_params.lookup_parts(r)).hit_tokens
 
 
@@ -367,3 +377,18 @@ def run_system(tree_root: Path | None, cases: int = DEFAULT_CASES, seed: int = D
         return SystemVerdict(None, f"the vLLM under test does not run here: {last}", switches)
     return SystemVerdict(json.loads(p.stdout.strip().splitlines()[-1]), switches=switches)
 
+
+# Cases every system run starts with, before the drawn ones: the edges on
+# which the records are known to differ, so that a tree of either side is
+# told apart whatever the draw (etcd-io/raft's scripted scenarios beside its
+# random traces). Each is what a connector sees of one release change.
+EDGE_CASES = (
+    # FINISHED_ERROR after a 17-token step of a 24-token prompt (blocks of 2):
+    # 0.29.0 .. 0.33.0 store chunk 8, whose token 17 was never computed
+    # (F13); 0.34.0's finish clamp by num_computed_tokens stores nothing then.
+    Case(2, 2, 4, 0, False, 1, None, 24, 17, 0, "error", 1, False, True, 24, None, None, 0),
+    # an 8-token prompt stored, the same 8 tokens looked up with
+    # max_load_tokens 4 (full 4, SWA 4, window 4): 0.33.0 takes the SWA 1
+    # after the cap (hit 0), 0.34.0 before it (hit 4).
+    Case(4, 4, 4, 0, False, 1, None, 8, 16, 0, "finish", 0, False, True, 8, 4, None, 0),
+)

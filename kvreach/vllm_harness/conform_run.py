@@ -16,6 +16,7 @@ from kvreach.conform.system import (
     DEFAULT_CASES,
     DEFAULT_SEED,
     ENDINGS,
+    EDGE_CASES,
     Case,
     Group,
     Mismatch,
@@ -243,10 +244,6 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES,
         seen: list[tuple[Case, dict[str, Mismatch | None]]] = []
         skipped: list[str] = []
 
-        @hseed(seed)
-        @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
-        @given(case=strategy)
         def collect(case):
             t = run_case(case, model_dir)
             if t.error and t.error.startswith("skipped"):
@@ -254,7 +251,11 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES,
                 return
             seen.append((case, {r.name: explain(t, r) for r in records}))
 
-        collect()
+        for edge in EDGE_CASES:  # the records' known edges first, then n drawn cases
+            collect(edge)
+        hseed(seed)(settings(max_examples=n, database=None, deadline=None,
+                             phases=[Phase.generate],
+                             suppress_health_check=list(HealthCheck))(given(case=strategy)(collect)))()
         out["ran"] = len(seen)
         out["skipped"] = len(skipped)
         out["skipped_why"] = sorted(set(skipped))[:3]
