@@ -29,7 +29,7 @@ what vLLM derives (``kvreach.scenario.derived_hash_lookahead_tokens``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 _SCHED = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
 _CONFIG = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
@@ -261,25 +261,10 @@ V0_33_0 = Release(
     window_module=_CONFIG,
 )
 
-V0_34_0 = Release(
+# 0.34.0 is 0.33.0 in every earlier part; the parts it added are its own.
+V0_34_0 = replace(
+    V0_33_0,
     names=("0.34.0",),
-    store_rule="vllm-0.33",
-    mask_window_extra=True,
-    eagle_tail_lifted_at_finish=True,
-    storable_keyed_cap=True,
-    finish_clamp=True,
-    null_block_filter="every reachable block",
-    cursor_on_lookup="reset to 0",
-    retention_interval=True,
-    swa_only_alignment="largest chunk",
-    unannotated_spec_decode_eagle="no group",
-    lookup_window_extra=True,
-    padded_initial_window=True,
-    pending="in the run",
-    eagle_widening="every group",
-    max_num_new_tokens=True,
-    max_load_tokens=True,
-    window_module=_CONFIG,
     swa_reduction_before_caps=True,
     finish_computed_clamp=True,
     lookahead_hashes=True,

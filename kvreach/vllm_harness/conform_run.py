@@ -112,6 +112,18 @@ def run_case(case: Case, model_dir: str) -> Trace:
 
     connector.build_connector_meta = build
 
+    def drain() -> None:
+        """Step until the scheduler is idle (the transfers flushed)."""
+        for _ in range(10_000):
+            if not run.busy():
+                break
+            if not run.scheduler.requests and not run.scheduler.finished_req_ids:
+                run.flush()
+                if not run.busy():
+                    break
+            run.step()
+            refresh()
+
     def refresh(publish=case.publish):
         if not publish:
             return
@@ -137,15 +149,7 @@ def run_case(case: Case, model_dir: str) -> Trace:
                 run.flush()
                 if run.scheduler.reset_prefix_cache(reset_running_requests=True):
                     events.append(dict(kind="reset", req="r"))
-        for _ in range(10_000):
-            if not run.busy():
-                break
-            if not run.scheduler.requests and not run.scheduler.finished_req_ids:
-                run.flush()
-                if not run.busy():
-                    break
-            run.step()
-            refresh()
+        drain()
         # the later request: the prompt cut or extended, the GPU prefix cache reset
         refresh(True)
         run.scheduler.reset_prefix_cache()
@@ -154,15 +158,7 @@ def run_case(case: Case, model_dir: str) -> Trace:
         p2 = {} if case.max_load is None else {"max_load_tokens": case.max_load}
         run.add_request("later", case.later, max_tokens=1, kv_transfer_params=p2 or None,
                         token_ids=later)
-        for _ in range(10_000):
-            if not run.busy():
-                break
-            if not run.scheduler.requests and not run.scheduler.finished_req_ids:
-                run.flush()
-                if not run.busy():
-                    break
-            run.step()
-            refresh()
+        drain()
     except Exception as e:  # noqa: BLE001 (vLLM under test raised: reported)
         trace.error = f"vLLM raised {type(e).__name__}: {e}"
     return trace
