@@ -296,7 +296,7 @@ def test_progress_is_one_line_per_row_when_stderr_is_not_a_terminal():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith("[1/1] chunk-mask-closed-form any any "
-                               "vllm 0.29.0/0.30.0/0.31.0/0.32.0/0.33.0: proved (ok) ")
+                               "vllm 0.29.0/0.30.0/0.31.0/0.32.0/0.33.0/0.34.0: proved (ok) ")
     assert r.stderr.count("\n") == 1
 
 

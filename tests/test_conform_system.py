@@ -120,3 +120,47 @@ def test_the_installed_release_equals_its_record():
     sv = system.run_system(None, CASES, 0)
     assert sv.data is not None, sv.missing
     assert sv.agree == [r.name], (sv.data["differing"], sv.data.get("shrunk"))
+
+
+# The same two plantings in a copy of 0.34.0, the current release, whose
+# function layer cannot run five roles (the system layer decides alone).
+
+
+@pytest.fixture(scope="module")
+def src034() -> Path:
+    _need_vllm()
+    return vllm_releases.source("0.34.0")
+
+
+@pytest.mark.slow
+def test_a_planted_mask_change_in_0_34_0_is_a_shrunk_difference(src034, tmp_path):
+    tree = _copy(src034, tmp_path / "planted")
+    mgr = tree / cf._MANAGER
+    text = mgr.read_text()
+    assert text.count(_MASK_LINE) == 1
+    mgr.write_text(text.replace(_MASK_LINE, _MASK_LINE + " + 1"))
+    fv, sv = _run(tree)
+    assert sv.data["vllm"] == "0.34.0"
+    assert sv.agree == [], sv.data["differing"]
+    assert sv.data["shrunk"]["mismatch"]["what"] == "stores", sv.data["shrunk"]
+    lines, code = combine(fv, sv)
+    assert code == 1, lines
+    assert lines[-1].startswith("differs from every record; nearest ")
+    assert any(line.startswith("  case: ") for line in lines)
+
+
+@pytest.mark.slow
+def test_a_planted_refactor_of_0_34_0_still_equals_its_record(src034, tmp_path):
+    tree = _copy(src034, tmp_path / "refactored")
+    sched = tree / cf._SCHED
+    sched.write_text(sched.read_text().replace("_maximal_prefix_lookup", "_longest_prefix_lookup"))
+    sched.write_text(_add_keyword(sched.read_text(), {"_sliding_window_lookup"}))
+    (tree / cf._MANAGER).write_text(_add_keyword((tree / cf._MANAGER).read_text(),
+                                                 {"reachable_block_mask"}))
+    _move(tree, cf._CONFIG, "get_sliding_window_size_in_chunks", "window_size")
+    fv, sv = _run(tree)
+    assert sv.data["vllm"] == "0.34.0"
+    assert sv.agree == ["0.34.0"], sv.data["first"]
+    assert not fv.differences.get("0.34.0")
+    lines, code = combine(fv, sv)
+    assert code == 0 and lines[-1] == "equals 0.34.0", lines

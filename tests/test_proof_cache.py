@@ -143,7 +143,7 @@ def _prove(*extra: str, env: dict | None = None) -> str:
 def test_prove_reports_cached_rows_and_no_cache_runs_everything(monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     assert "(cached)" not in _prove()
-    assert "load-window-blocks any any vllm 0.29.0/0.30.0/0.31.0/0.32.0/0.33.0: proved (cached) (ok)" in _prove()
+    assert "load-window-blocks any any vllm 0.29.0/0.30.0/0.31.0/0.32.0/0.33.0/0.34.0: proved (cached) (ok)" in _prove()
     assert "(cached)" not in _prove("--no-cache")
     assert "(cached)" not in _prove(env={"CI": "true"})
 
