@@ -11,7 +11,10 @@ vLLM) over hypothesis-drawn lifecycles, compared with every record's twin.
   with a shrunk trace and the record part it is nearest to (exit 1); the
   function layer differs too;
 - a planted pure refactor (a renamed helper, new keyword arguments with
-  defaults, a function moved to another module) still equals 0.33.0.
+  defaults, a function moved to another module) still equals 0.33.0;
+- the same two plantings in a copy of 0.34.0 (the current release, whose
+  function layer cannot run five roles): the mask change differs with a
+  shrunk trace, the refactor still equals 0.34.0.
 
 Each run starts one python over the overlaid tree (about 20 s to import
 vLLM) and drives 25 cases; the planted ones are marked slow."""
