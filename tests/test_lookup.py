@@ -72,6 +72,9 @@ def lookup_cases(draw):
 
 
 def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg, variant="vllm-0.33"):
+    from kvreach.impl.release import lookup_parts
+    from kvreach.releases import DEFAULT
+
     """The twin on the chunk sets, the spec (``lookup_values``) on its
     arguments (sets, or counts for "exactly the chunks below"); ``variant``:
     the lookup variant of both."""
@@ -80,7 +83,9 @@ def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg, variant="vllm-0.33
         LookupGroup(B, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle,
                     lookup_variant=variant)]
     content = StoreContent.of_chunks(([full_set] if full_block else []) + [swa_set])
-    twin = lookup(groups, LaterRequest(T, local, max_load), content)
+    # both sides the same release's lookup: the spec evaluator's default
+    # (kvreach.releases.DEFAULT), the twin with that release's parts
+    twin = lookup(groups, LaterRequest(T, local, max_load), content, parts=lookup_parts(DEFAULT))
     spec = lookup_values(
         full_block_tokens=full_block, swa_block_tokens=B, blocks_per_chunk=bpc, window=W,
         extra_retained_tokens=extra, eagle=eagle, num_tokens=T, local_hit_tokens=local,
