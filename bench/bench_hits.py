@@ -91,10 +91,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvreach.impl.lifecycle import Lifecycle, run  # noqa: E402
-from kvreach.impl.lookup import LookupGroup  # noqa: E402
+from kvreach.impl.lookup import VLLM_0_33, LookupGroup  # noqa: E402
+from kvreach.impl.release import lookup_parts  # noqa: E402
 from kvreach.impl.worlds import dense_chunks, later_lookup  # noqa: E402
 from kvreach.models import PRESETS  # noqa: E402
 from kvreach.params import GroupConfig, RequestConfig  # noqa: E402
+from kvreach.releases import release as release_of  # noqa: E402
+from kvreach.scenario import Scenario, lookup_groups, run_scenario  # noqa: E402
 
 def _shape(label: str, model: str, blocks_per_chunk: int = 1) -> tuple:
     """A bench shape from a real model's preset (kvreach.models, what
@@ -134,18 +137,37 @@ def later_shapes(P: int, rng: random.Random) -> list[tuple[int, int | None]]:
     return [(P, None), (P + 500, None)] + [(P, rng.randint(P // 2, P)) for _ in range(3)]
 
 
-def measure(shape, rule: str, seed: int = 0) -> dict:
+def measure(shape, rule: str, seed: int = 0, release=None, hash_lookahead_tokens=None) -> dict:
+    """One shape under one store rule. ``release`` (a ``kvreach.releases``
+    record): the request runs as in that vLLM release (``rule`` "vllm": its
+    own store side; else kvreach's rule scored against it), its lookup and
+    its lookahead hashes (``hash_lookahead_tokens``; None: what the release
+    derives for the shape, ``kvreach.scenario.derived_hash_lookahead_tokens``),
+    through the CLI's one path (``kvreach.scenario``); None: the rule against
+    vLLM 0.33.0's lookup, legacy hashes (the table in docs/findings.md)."""
     name, fb, sb, W, extra, bpc, eagle = shape
     rng = random.Random(seed)
-    g = GroupConfig(sb, W, fb * bpc, blocks_per_chunk=bpc, extra_retained_tokens=extra, eagle=eagle)
-    groups = (LookupGroup(fb, bpc),
-              LookupGroup(sb, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle))
+    if release is None:
+        g = GroupConfig(sb, W, fb * bpc, blocks_per_chunk=bpc, extra_retained_tokens=extra,
+                        eagle=eagle)
+        groups = (LookupGroup(fb, bpc),
+                  LookupGroup(sb, bpc, window_tokens=W, extra_retained_tokens=extra, eagle=eagle))
+        parts = VLLM_0_33
+    else:
+        groups = lookup_groups(Scenario(sb, W, 1, 2048, fb, bpc, eagle=eagle,
+                                        extra_retained_tokens=extra), release)
+        parts = lookup_parts(release)
     stored = dense_stored = lost = dense = never = requests = lossy = 0
     for P in prompts(rng):
-        tr = run(rule, g, RequestConfig(P), Lifecycle(budget=2048))
+        if release is None:
+            tr = run(rule, g, RequestConfig(P), Lifecycle(budget=2048))
+        else:
+            s = Scenario(sb, W, P, 2048, fb, bpc, eagle=eagle, extra_retained_tokens=extra,
+                         hash_lookahead_tokens=hash_lookahead_tokens)
+            tr = run_scenario(release if rule == "vllm" else rule, s, release)
         loaded: set[int] = set()
         for T, D in later_shapes(P, rng):
-            r = later_lookup(groups, tr, T, D)
+            r = later_lookup(groups, tr, T, D, parts=parts)
             requests += 1
             d, h = r.dense.hit_tokens or 0, r.rule.hit_tokens or 0
             dense += d
@@ -233,9 +255,22 @@ def main() -> int:
     ap.add_argument("--plot", type=Path,
                     help="write a PNG of lost hit tokens and lossy requests per shape and rule")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--vllm", default=None,
+                    help="measure as vLLM X runs it: its own store side (rule \"vllm\") and "
+                         "lookup-window, against X's lookup with X's lookahead hashes")
+    ap.add_argument("--hash-lookahead-tokens", type=int, default=None,
+                    help="with --vllm: L for every shape (default: what X derives per shape)")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    rows = [measure(s, r) for s in SHAPES for r in RULES]
+    if args.vllm is None:
+        rows = [measure(s, r) for s in SHAPES for r in RULES]
+    else:
+        rel = release_of(args.vllm)
+        rows = [measure(s, r, release=rel, hash_lookahead_tokens=args.hash_lookahead_tokens)
+                for s in SHAPES for r in ("vllm", "lookup-window")]
+        for r in rows:
+            if r["rule"] == "vllm":
+                r["rule"] = f"vLLM {args.vllm}"
     heads = ["model shape", "rule", "SWA chunks stored / request", "dense stores / request",
              "not loaded by the sample / request",
              "hit tokens lost vs dense", "later requests losing hits"]
