@@ -128,8 +128,20 @@ class LookupRecorder:
         return [k for k, p in pos.items() if p in chunks]
 
 
+def installed_release():
+    """The record (``kvreach.releases``) of the vLLM the harness drives: the
+    installed one; ValueError naming the known releases for another."""
+    import vllm
+
+    from kvreach.releases import release
+
+    return release(vllm.__version__)
+
+
 def twin_outcome(setup: Setup, obs: Observation) -> LookupOutcome:
-    return lookup(lookup_groups(setup), obs.later_request(), obs.content)
+    """kvreach's lookup for one of vLLM's lookups, with the parts of the
+    release the harness drives (:func:`installed_release`)."""
+    return release_outcome(setup, obs, installed_release())
 
 
 class ReleaseRecorder(LookupRecorder):
@@ -158,8 +170,8 @@ def release_outcome(setup: Setup, obs: Observation, r) -> LookupOutcome:
 
 
 def recorder_and_twin(r=None):
-    """(recorder class, twin ``(setup, obs) -> LookupOutcome``): vLLM 0.33.0's
-    (``r`` None) or release ``r``'s."""
+    """(recorder class, twin ``(setup, obs) -> LookupOutcome``): the
+    installed release's (``r`` None) or release ``r``'s."""
     if r is None:
         return LookupRecorder, twin_outcome
     return ReleaseRecorder, lambda setup, obs: release_outcome(setup, obs, r)
