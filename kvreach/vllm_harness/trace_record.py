@@ -1,10 +1,11 @@
-"""Recording a trace of vLLM 0.33.0's real scheduler for trace validation
-(:mod:`kvreach.vllm_harness.trace` holds the format and the validator).
+"""Recording a trace of the installed vLLM's real scheduler (0.33.0 or
+0.34.0) for trace validation (:mod:`kvreach.vllm_harness.trace` holds the
+format and the validator).
 
 Many concurrent requests of random lengths run through the real ``Scheduler``
 / ``AsyncScheduler`` and ``OffloadingConnectorScheduler`` (the harness): a
-GPU block pool small enough to preempt, chunked-prefill budgets, aborts at
-random points, decode, an EAGLE group, a retention interval, and an offload
+GPU block pool small enough to preempt, chunked-prefill budgets, aborts and
+error finishes (``FINISHED_ERROR``) at random points, decode, an EAGLE group, a retention interval, and an offload
 manager (:class:`TierManager`) that stores keys, answers lookups from them
 (so a request can hit its own or another request's earlier stores),
 de-duplicates, sometimes drops keys or refuses, sometimes defers a lookup.
@@ -189,6 +190,8 @@ class Recorder:
                 P = st.req.num_prompt_tokens
                 if status == RequestStatus.FINISHED_ABORTED:
                     kind, s = "abort", 0
+                elif status == RequestStatus.FINISHED_ERROR:
+                    kind, s = "error", 0  # finish_requests(..., FINISHED_ERROR) at any point
                 elif fin:
                     kind, s = "finish", 0
                 elif f + s <= P:
@@ -218,7 +221,7 @@ class Recorder:
                     b, n_keys = ids[gi]
                     null = frozenset(c for c in range(len(b) // bpc)
                                      if any(x == 0 for x in b[c * bpc:(c + 1) * bpc]))
-                    post_f = f if kind in ("abort", "finish") else f + s
+                    post_f = f if kind in ("abort", "finish", "error") else f + s
                     rec.traces.setdefault(rid, ReqTrace(rid, P))
                     rec._emit(rid, gi, Step(kind, s, (f, cur[gi]), (post_f, rec._cursor(st, gi)),
                                             outcome, offered, accepted, null,
@@ -272,19 +275,24 @@ def record_run(model_dir: str, seed: int, n_requests: int = 30) -> Iterator[dict
     rec = Recorder(run, tier)
     pending = [(f"r{seed}-{i}", rng.randint(1, 160), rng.choice([0, 2, 20, 60, 120]),
                 rng.randint(0, 4)) for i in range(n_requests)]
-    aborts: dict[str, int] = {}
+    # a request ended early: aborted, or finished with FINISHED_ERROR (a
+    # grammar or encoder error, a failed load under kv_load_failure_policy
+    # "fail"), at a random step
+    ends: dict[str, tuple[int, RequestStatus]] = {}
     for step in range(5000):
         while pending and rng.random() < 0.5:
             rid, P, dec, pseed = pending.pop()
             toks = prompt_token_ids(P, pseed)
             run.add_request(rid, P, max_tokens=dec + 1, token_ids=toks)
             if rng.random() < 0.3:
-                aborts[rid] = step + rng.randint(0, 12)
-        for rid, at in list(aborts.items()):
+                ends[rid] = (step + rng.randint(0, 12),
+                             rng.choice([RequestStatus.FINISHED_ABORTED] * 3
+                                        + [RequestStatus.FINISHED_ERROR]))
+        for rid, (at, status) in list(ends.items()):
             if at <= step:
-                del aborts[rid]
+                del ends[rid]
                 if rid in run.scheduler.requests:
-                    run.abort(rid)
+                    run.scheduler.finish_requests((rid,), status)
         if not pending and not run.busy():
             break
         if run.busy():

@@ -1,10 +1,10 @@
-"""Trace validation of vLLM 0.33.0's real scheduler against the Z3 spec (issue
-11; the model is etcd-io/raft's tla/Traceetcdraft.tla).
+"""Trace validation of the installed vLLM's real scheduler against the Z3 spec
+(the model is etcd-io/raft's tla/Traceetcdraft.tla).
 
 Many concurrent requests of random lengths run through the real ``Scheduler``
 / ``AsyncScheduler`` and ``OffloadingConnectorScheduler`` (the project's
 harness): a GPU block pool small enough to preempt, chunked-prefill budgets,
-aborts at random points, decode, an EAGLE group, a retention interval, and an
+aborts and error finishes at random points, decode, an EAGLE group, a retention interval, and an
 offload manager (:class:`TierManager`) that stores keys, answers lookups from
 them (so a request can hit its own or another request's earlier stores),
 de-duplicates, sometimes drops keys or refuses, sometimes defers a lookup.
