@@ -42,7 +42,16 @@ def test_every_replayed_obligation_has_an_expected_counterexample_row():
 
 
 def _args(obligation, rule, model):
-    return ["counterexample", obligation, "--rule", rule, "--replay-vllm", "--json"] + (
+    # vLLM's own rule and lookup: the row about the installed release, the one
+    # the replay runs on (vllm-0.29's rows are 0.29.0's; kvreach's rule and
+    # lookup variant are scored against the current release's lookup only)
+    import vllm
+
+    from kvreach.proofs.obligations import OBLIGATIONS
+
+    own = rule == "vllm-0.33" and OBLIGATIONS[obligation].lookup_variant == "vllm-0.33"
+    about = ["--vllm", vllm.__version__] if own else []
+    return ["counterexample", obligation, "--rule", rule, "--replay-vllm", "--json"] + about + (
         [] if model == "any" else ["--load-model", model])
 
 

@@ -204,8 +204,12 @@ NEIGHBOURS_FAILING = ["window-17 measurement", "PR example, extra_retained_token
 def neighbours_counterexample(geometry_name: str):
     from kvreach.proofs.neighbours import _geometries
 
+    import vllm
+
     g = next(x for x in _geometries() if x.name == geometry_name)
-    return runner.static_counterexample("hit-preservation-neighbours", "vllm-0.33", "any", g)
+    # the row about the installed release, the one the replay runs on
+    return runner.static_counterexample("hit-preservation-neighbours", "vllm-0.33", "any", g,
+                                        vllm=vllm.__version__)
 
 
 def test_neighbours_counterexamples_are_the_failing_geometries():
