@@ -74,14 +74,20 @@ def test_0_33_0_equals_its_record_and_the_layers_agree(src033):
     assert code == 0 and lines[-1] == "equals 0.33.0", lines
 
 
-@pytest.mark.slow
-def test_a_planted_mask_change_is_a_shrunk_difference(src033, tmp_path):
-    tree = _copy(src033, tmp_path / "planted")
+def _planted_mask_change(src: Path, tmp_path: Path) -> Path:
+    """A copy of ``src`` whose ``reachable_block_mask`` keeps one block fewer
+    in each segment tail (a semantic change of one block)."""
+    tree = _copy(src, tmp_path / "planted")
     mgr = tree / cf._MANAGER
     text = mgr.read_text()
     assert text.count(_MASK_LINE) == 1
     mgr.write_text(text.replace(_MASK_LINE, _MASK_LINE + " + 1"))
-    fv, sv = _run(tree)
+    return tree
+
+
+@pytest.mark.slow
+def test_a_planted_mask_change_is_a_shrunk_difference(src033, tmp_path):
+    fv, sv = _run(_planted_mask_change(src033, tmp_path))
     assert sv.agree == [], sv.data["differing"]
     sh = sv.data["shrunk"]
     assert sh["mismatch"]["what"] == "stores", sh
@@ -137,12 +143,7 @@ def src034() -> Path:
 
 @pytest.mark.slow
 def test_a_planted_mask_change_in_0_34_0_is_a_shrunk_difference(src034, tmp_path):
-    tree = _copy(src034, tmp_path / "planted")
-    mgr = tree / cf._MANAGER
-    text = mgr.read_text()
-    assert text.count(_MASK_LINE) == 1
-    mgr.write_text(text.replace(_MASK_LINE, _MASK_LINE + " + 1"))
-    fv, sv = _run(tree)
+    fv, sv = _run(_planted_mask_change(src034, tmp_path))
     assert sv.data["vllm"] == "0.34.0"
     assert sv.agree == [], sv.data["differing"]
     assert sv.data["shrunk"]["mismatch"]["what"] == "stores", sv.data["shrunk"]
