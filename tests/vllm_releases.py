@@ -52,16 +52,6 @@ def source(version: str) -> Path:
     return root
 
 
-def installed_version() -> str | None:
-    """The vLLM release installed beside this interpreter (None: none)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def venv(version: str) -> Path:
     """A python whose environment holds ``vllm==<version>`` and this kvreach.
 
@@ -86,6 +76,8 @@ def venv(version: str) -> Path:
     ``transformers`` import them only if installed.
     Returns the python (``bin/python`` of the venv).
     """
+    from kvreach.vllm_sdist import installed_version
+
     if installed_version() == version:
         return Path(sys.executable)
     root = cache_dir() / "venvs" / f"vllm-{version}"
