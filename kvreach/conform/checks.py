@@ -5,7 +5,9 @@ tree's value (the extracted function driven with stubs) and a record's twin
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
+import operator
 import random
 import types
 from dataclasses import dataclass
@@ -278,14 +280,24 @@ def _tree_store(x, ex: Extracted):
         mgr = type("SlidingWindowManager", (), {
             "reachable_block_mask": classmethod(ex.fns["block_mask"]),
             "_contiguous_blocks_for_hit": classmethod(ex.fns["contiguous_blocks"])})
+        # legacy block hashes: the mode every record has (the system layer
+        # draws lookahead hashes through the real scheduler)
         self = Stub("OffloadingConnectorScheduler", config=Stub("SchedulerOffloadConfig",
             blocks_per_chunk=g.blocks_per_chunk, alignment_tokens=g.alignment_tokens,
-            retention_interval=g.retention_interval, dcp_world_size=g.dcp_world_size))
+            retention_interval=g.retention_interval, dcp_world_size=g.dcp_world_size),
+            use_lookahead_block_hashes=False)
         gc = Stub("GroupOffloadConfig",
             kv_cache_spec=SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens),
-            is_eagle_group=g.eagle, manager_cls=mgr)
+            is_eagle_group=g.eagle, manager_cls=mgr, tokens_per_block=g.block_tokens,
+            tokens_per_chunk=g.chunk_tokens)
         boundaries = (x["P"] - 1,) if g.retention_interval is not None else ()
-        m = ex.fns["store_mask"](self, gc, x["lo"], x["hi"], x["final"], boundaries)
+        kw = {}
+        if "lookup_boundaries" in inspect.signature(ex.fns["store_mask"]).parameters:
+            # the lookup-window patch: where a later lookup ends besides the
+            # retention segments, as its _build_store_jobs passes them (the
+            # repeated prompt's offloadable tokens; no shared-prefix junction)
+            kw["lookup_boundaries"] = (x["P"],) if g.retention_interval is not None else ()
+        m = ex.fns["store_mask"](self, gc, x["lo"], x["hi"], x["final"], boundaries, **kw)
         return ("mask", None if m is None else tuple(m))
     acc = mask.v029_alignment_chunk_count(g)  # from_spec's nested helper (see the module doc)
     w = ex.fns["window"](SlidingWindowSpec(g.block_size, g.window, g.extra_retained_tokens),
@@ -297,6 +309,10 @@ def _twin_store(x, r: Release):
     g: GroupConfig = x["g"]
     if r.store_rule == "vllm-0.29":
         return ("chunk", mask.v029_chunk_reachable(x["chunk"], x["count"], g))
+    if r.store_rule == "lookup-window":  # kvreach's rule decides whole chunks
+        w = rel.store_step(r, g, RequestConfig(x["P"]), x["lo"], x["hi"], False)
+        return ("chunk keep", None if w.block_mask is None
+                else tuple(w.block_mask[::g.blocks_per_chunk]), g.blocks_per_chunk)
     gm = rel.mask_group(r, g)
     bpc = g.blocks_per_chunk
     m = mask.reachable_block_mask(x["lo"] * bpc, x["hi"] * bpc, gm, x["P"],
@@ -430,6 +446,21 @@ def _tagged(v) -> bool:
     return isinstance(v, tuple) and len(v) == 2 and v[0] in ("mask", "chunk")
 
 
+def _same_store(tree_value, twin_value) -> bool:
+    """A rule deciding whole chunks (``"chunk keep"``: kvreach's
+    ``lookup-window``) against the tree's block mask: a chunk is stored when
+    any of its blocks is kept (``_build_store_jobs``); else equal values."""
+    if not (isinstance(twin_value, tuple) and twin_value[0] == "chunk keep"):
+        return tree_value == twin_value
+    _, keep, bpc = twin_value
+    if tree_value[0] != "mask":
+        return False
+    m = tree_value[1]
+    chunks = None if m is None else tuple(any(m[i:i + bpc]) for i in range(0, len(m), bpc))
+    dense = lambda k: k is None or all(k)  # noqa: E731 (None: every block stored)
+    return chunks == keep or (dense(chunks) and dense(keep))
+
+
 @dataclass(frozen=True)
 class Role:
     """One checked piece: the tree functions it needs, the record parts it
@@ -446,6 +477,7 @@ class Role:
     twin: Callable
     shape: Callable = _int_or_none
     shape_text: str = "an int or None"
+    same: Callable = operator.eq  # (tree value, twin value) -> they agree
 
 
 CHECKS: tuple[Role, ...] = (
@@ -461,7 +493,7 @@ CHECKS: tuple[Role, ...] = (
     Role("storable chunks", ("storable_chunks",), ("eagle_tail_lifted_at_finish", "storable_keyed_cap"),
          _in_storable, _tree_storable, _twin_storable),
     Role("store rule", ("window",), ("store_rule", "mask_window_extra"), _in_store, _tree_store, _twin_store,
-         _tagged, "a block mask or a chunk's verdict"),
+         _tagged, "a block mask or a chunk's verdict", _same_store),
     Role("store step", ("window", "build_store_jobs", "storable_chunks", "advance_stored_idx",
                         "offloadable"),
          ("finish_clamp", "null_block_filter", "store_rule", "mask_window_extra",

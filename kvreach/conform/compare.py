@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from kvreach.conform import stubs
 from kvreach.conform.checks import CHECKS
 from kvreach.conform.extract import ROLES, ConformError, Extracted, Tree, extract
-from kvreach.releases import RELEASES, Release
+from kvreach.conform.records import RECORDS
+from kvreach.releases import Release
 
 DEFAULT_CASES = 1000
 MAX_CASES = 1_000_000  # per role: about an hour on the 2-core machine
@@ -54,7 +55,7 @@ class Verdict:
     seed: int
     where: dict[str, str]
     differences: dict[str, list[Difference]]  # record name -> first difference per role
-    records: tuple[Release, ...] = RELEASES
+    records: tuple[Release, ...] = RECORDS
     unchecked: list[Unchecked] = field(default_factory=list)
     # record name -> the tree's functions not where that record's release has
     # them (a moved function is a refactor: shown, never a difference)
@@ -111,10 +112,10 @@ def _moved(ex: Extracted, r: Release) -> list[str]:
 
 
 def conform(tree: Tree, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
-            records: tuple[Release, ...] = RELEASES) -> Verdict:
+            records: tuple[Release, ...] = RECORDS) -> Verdict:
     """Run every role on ``cases`` seeded random inputs for the tree and for
-    every record (``records``: the release records unless a test plants
-    another); the first differing input per (record, role), and the roles
+    every record (``records``: the release records and the rule twins,
+    ``kvreach.conform.records``, unless a test plants another); the first differing input per (record, role), and the roles
     the tree's code cannot be run for."""
     names = [r.name for r in records]
     if len(set(names)) != len(names):
@@ -157,7 +158,7 @@ def conform(tree: Tree, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
                     v = role.twin(x, r)
                 except Exception as e:  # noqa: BLE001
                     v = f"raised {type(e).__name__}: {e}"
-                if v != t:
+                if not role.same(t, v):
                     first[r.name] = Difference(role.name, role.parts, i, x, t, v)
         if gap is not None:
             unchecked.append(gap)

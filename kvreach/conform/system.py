@@ -214,9 +214,31 @@ def _offered(t: Trace, r: Release, gi: int, ctx: dict, cursor: int) -> tuple[tup
     null = frozenset(i for i, b in enumerate(blocks) if b == 0)
     # the request's shared_prefix_boundary as the connector reads it (set by
     # the GPU prefix cache and, in 0.34.0, by an offload lookup's junction)
-    offered = offered_chunks(r.store_rule, r, rel.mask_group(r, gc), w, n, null,
-                             ctx.get("shared_prefix_boundary") or 0)
+    spb = ctx.get("shared_prefix_boundary") or 0
+    if r.store_rule == "lookup-window" and spb and gc.retention_interval is not None:
+        w = _with_lookup_boundary(w, rel.mask_group(r, gc), spb)
+    offered = offered_chunks(r.store_rule, r, rel.mask_group(r, gc), w, n, null, spb)
     return offered, max(cursor, n)
+
+
+def _with_lookup_boundary(w, g, boundary_tokens: int):
+    """``lookup-window``'s step ``w`` with one more boundary a later lookup
+    ends at: the patch's ``lookup_boundaries`` hold the request's
+    ``shared_prefix_boundary`` beside the repeated prompt's end. Each
+    boundary's run is kvreach's keep decision (``rules.lookup_window_keep``,
+    whose retention boundary is the one given), so the union over both is
+    the step's chunks or that decision at the junction."""
+    from kvreach.impl.rules import lookup_window_keep
+
+    if w.block_mask is None:  # dense: every chunk already kept
+        return w
+    bpc = g.blocks_per_chunk
+    span = range(w.start_chunk, w.end_chunk)
+    keep = [k or lookup_window_keep(c, g, boundary_tokens)
+            for c, k in zip(span, w.block_mask[::bpc])]
+    return dataclasses.replace(
+        w, chunks=tuple(c for c, k in zip(span, keep) if k),
+        block_mask=None if all(keep) else tuple(k for k in keep for _ in range(bpc)))
 
 
 def _twin_hit(t: Trace, r: Release, obs: dict):
@@ -238,13 +260,15 @@ def _twin_hit(t: Trace, r: Release, obs: dict):
     return lk.lookup(groups, req, content, parts=release_params.lookup_parts(r)).hit_tokens
 
 
-def explaining_parts(t: Trace, r: Release) -> list[str]:
+def explaining_parts(t: Trace, r: Release, records: tuple[Release, ...] | None = None) -> list[str]:
     """The parts of record ``r`` that explain its first difference on ``t``:
     each ``part=value`` for which ``r`` with that one part changed agrees
-    with the whole trace (values: the other records' and the flipped bool)."""
-    from kvreach import releases as R
+    with the whole trace (values: those of the release records and rule
+    twins, ``kvreach.conform.records``, and of ``records``, and the flipped
+    bool)."""
+    from kvreach.conform.records import RECORDS
 
-    known = [v for v in vars(R).values() if isinstance(v, Release)]
+    known = (*RECORDS, *(records or ()))
     out = []
     for part, value in r.parts().items():
         alts = {getattr(k, part) for k in known} | ({not value} if isinstance(value, bool) else set())
@@ -391,4 +415,9 @@ EDGE_CASES = (
     # max_load_tokens 4 (full 4, SWA 4, window 4): 0.33.0 takes the SWA 1
     # after the cap (hit 0), 0.34.0 before it (hit 4).
     Case(4, 4, 4, 0, False, 1, None, 8, 16, 0, "finish", 0, False, True, 8, 4, None, 0),
+    # kvreach's lookup-window patch against the release's mask: a 1-token
+    # request, then a 2-token one (full 4, SWA 2, window 2, no alignment
+    # chunk reached): 0.34.0's mask offers SWA chunk 0 of the later request,
+    # lookup-window keeps only the runs before a boundary a lookup ends at.
+    Case(4, 2, 2, 0, False, 1, None, 1, 16, 0, "finish", 0, False, False, 2, None, None, 0, False),
 )

@@ -25,7 +25,8 @@ from kvreach.conform.system import (
     explain,
     explaining_parts,
 )
-from kvreach.releases import RELEASES, Release
+from kvreach.conform.records import RECORDS
+from kvreach.releases import Release
 
 
 # ---------------------------------------------------------------------------
@@ -211,7 +212,7 @@ def _trace_of(d: dict) -> Trace:
     return Trace(**d)
 
 
-def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES,
+def run_here(n: int, seed: int, records: tuple[Release, ...] = RECORDS,
              lookahead_reachable: bool | None = None, retention_default=0) -> dict:
     """Draw ``n`` cases (hypothesis, seed ``seed``), run each on this
     process's vLLM, and compare with every record; for the nearest record
@@ -284,7 +285,7 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RELEASES,
             m = explain(t, near)
             out["shrunk"] = {"case": dataclasses.asdict(small), "short": small.short(),
                              "mismatch": dataclasses.asdict(m) if m else None,
-                             "explained_by": explaining_parts(t, near) if m else [],
+                             "explained_by": explaining_parts(t, near, records) if m else [],
                              "others": {r.name: (lambda x: x and x.detail)(explain(t, r))
                                         for r in records}}
     out["wall_s"] = round(time.monotonic() - t0, 1)
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the tree can run with lookahead hashes (read by kvreach.conform.switches)")
     ap.add_argument("--retention-default", default="0", help="the tree's retention default")
     a = ap.parse_args(argv)
-    records = RELEASES
+    records = RECORDS
     if a.records:
         mod, attr = a.records.split(":")
         records = getattr(__import__(mod, fromlist=[attr]), attr)
