@@ -2,7 +2,7 @@
 """Check the upstream patch docs/upstream/lookup-window*.patch on its vLLM release.
 
     python scripts/upstream_check.py [--vllm 0.34.0|0.33.0] [--cases N] [--seed S]
-                                     [--json FILE] [--skip tests,replays,diff,horizon]
+                                     [--json FILE] [--skip tests,replays,diff,horizon,conform]
 
 ``--vllm`` picks the release (default 0.34.0, the current one; 0.33.0 stays
 supported): its patch is docs/upstream/lookup-window-0.34.0.patch or
@@ -47,7 +47,13 @@ anywhere in these runs):
     window 4, a 14-token prompt, budget 100, lookahead L=1): the SWA chunks
     stock and patched vLLM store, and for every later request sharing a
     prefix of the prompt (1 .. 30 tokens, each divergence point) its hit with
-    those stores, without chunk 4, and with dense stores.
+    those stores, without chunk 4, and with dense stores;
+(e) 0.34.0 only: ``kvreach conform --vllm-src`` on the patched tree names
+    the record of kvreach's lookup-window rule on that release
+    (``kvreach.conform.records``: "equals lookup-window", exit 0), and on the
+    stock tree the release's own record ("equals 0.34.0"): both layers, the
+    system layer laying each tree over the installed vLLM (which must be
+    that release).
 
 The patched tree is imported instead of the installed vllm by putting it
 first on PYTHONPATH in a subprocess (and running from it), for every part;
@@ -643,8 +649,32 @@ def horizon_case() -> dict:
             "num_keys": len(key_of), "chunk_key_known": (1, c["chunk"]) in key_of}
 
 # ---------------------------------------------------------------------------
+# (e) kvreach conform on the patched and the stock tree
+# ---------------------------------------------------------------------------
+
+# release -> the record kvreach conform names on its patched tree
+CONFORM_RECORD = {"0.34.0": "lookup-window"}
+
+
+def conform_tree(tree: Path) -> dict:
+    """``kvreach conform --vllm-src tree`` (both layers, the CLI's defaults)
+    -> its exit code and last line."""
+    env = dict(os.environ)
+    env.pop("KVREACH_RULE", None)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "kvreach.cli", "conform", "--vllm-src", str(tree)],
+                       capture_output=True, text=True, cwd=REPO, env=env)
+    lines = r.stdout.strip().splitlines() or [r.stderr.strip()[-300:]]
+    system = [ln.strip() for ln in lines if ln.startswith("system layer:")]
+    return {"exit": r.returncode, "last": lines[-1], "system": system[:1],
+            "wall_s": round(time.monotonic() - t0, 1)}
+
+
+# ---------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------
+
+PARTS = ("tests", "replays", "diff", "horizon", "conform")
 
 
 def in_tree(tree: Path, mode: str, *args: str) -> dict:
@@ -665,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", default="0", help="differential seed (default 0)")
     ap.add_argument("--json", default=None, help="also write the verdicts to FILE")
     ap.add_argument("--skip", default="",
-                    help="comma-separated parts to skip: tests,replays,diff,horizon")
+                    help="comma-separated parts to skip: " + ",".join(PARTS))
     ap.add_argument("--in-tree", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--patched", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -681,8 +711,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --vllm={a.vllm}: expected one of {', '.join(PATCHES)}", file=sys.stderr)
         return 2
     skip = {s for s in a.skip.split(",") if s}
-    if skip - {"tests", "replays", "diff", "horizon"}:
-        print(f"error: --skip={a.skip}: expected a subset of tests,replays,diff,horizon",
+    if skip - set(PARTS):
+        print(f"error: --skip={a.skip}: expected a subset of {','.join(PARTS)}",
               file=sys.stderr)
         return 2
     if a.in_tree == "replays":
@@ -786,6 +816,18 @@ def run(version: str, cases: int, seed: int, json_out: str | None, skip: set[str
                 f"it, no later request below its dense hit or below stock's: "
                 + ("yes" if ok else f"NO ({len(worse)} below stock)"))
             verdicts["horizon"] = {"ok": bool(ok), **res}
+        if "conform" not in skip and version in CONFORM_RECORD:
+            log("(e) kvreach conform --vllm-src (function and system layers, the tree laid over "
+                "the installed vLLM):")
+            res = {}
+            for name, want in (("patched", CONFORM_RECORD[version]), ("stock", version)):
+                got = conform_tree(t[name])
+                got["want"] = f"equals {want}"
+                got["ok"] = got["exit"] == 0 and got["last"] == got["want"]
+                log(f"  [{name}] exit {got['exit']}, {got['wall_s']} s: {got['last']}"
+                    + ("" if got["ok"] else f"  FAIL (expected '{got['want']}', exit 0)"))
+                res[name] = got
+            verdicts["conform"] = {"ok": all(g["ok"] for g in res.values()), **res}
     ok = all(v["ok"] for v in verdicts.values())
     log("verdict: " + ("PASS: " if ok else "FAIL: ") + ", ".join(
         f"{k} {'ok' if v['ok'] else 'FAIL'}" for k, v in verdicts.items()))

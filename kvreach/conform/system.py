@@ -73,22 +73,33 @@ class Case:
     max_offload: int | None
     lookahead: int  # num_hash_lookahead_tokens (0: legacy hashes)
     publish: bool = True  # the manager answers HIT for the request's own stores while it runs
+    dcp: int = 1  # decode_context_parallel_size (a block is block_size * dcp tokens)
+    fail_store: int = -1  # the worker reports this store job of the run failed (-1: none)
+    fail_load: bool = False  # the worker reports the later request's first load failed
+    recompute: bool = False  # kv_load_failure_policy "recompute" (else vLLM's default "fail")
 
     def short(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
 
 
-def cases(lookahead: bool, retention_default=0):
+def cases(lookahead: bool, retention_default=0, failures: bool = False, dcp: bool = False):
     """The hypothesis strategy of :class:`Case` (``lookahead``: the vLLM
     under test has lookahead block hashes, so that mode is drawn too, with
     an EAGLE group, as vLLM turns it on; ``retention_default``: the tree's
-    ``prefix_cache_retention_interval`` default, drawn more often)."""
+    ``prefix_cache_retention_interval`` default, drawn more often;
+    ``failures``: its worker can report a transfer failed
+    (``OffloadingWorkerMetadata.failed_jobs``, 0.34.0), so failed stores and
+    loads are drawn; ``dcp``: decode context parallelism of 2 is drawn, off
+    by default: vLLM 0.34.0 refuses DCP with a sliding-window group, "DCP
+    with hybrid KV cache layouts only supports full-attention, Mamba, and
+    replicated draft groups", and every case has one)."""
     from hypothesis import strategies as st
 
     @st.composite
     def draw(d):
         fa = d(st.sampled_from([4, 8, 12, 16]))
         sb = d(st.sampled_from([2, 4, 8]))
+        dcp_size = d(st.sampled_from([1, 1, 1, 2])) if dcp else 1
         window = d(st.integers(2, 40))
         extra = d(st.sampled_from([0, 0, 3]))
         eagle = d(st.booleans())
@@ -98,7 +109,7 @@ def cases(lookahead: bool, retention_default=0):
             choices.append(retention_default)
         retention = d(st.sampled_from(choices))
         if retention:
-            retention *= math.lcm(sb * bpc, fa * bpc)
+            retention *= math.lcm(sb * bpc * dcp_size, fa * bpc * dcp_size)
         prompt = d(st.integers(1, 240))
         budget = d(st.integers(16, 160))  # vLLM: at least max_num_seqs (16)
         decode = d(st.integers(0, 8))
@@ -109,9 +120,15 @@ def cases(lookahead: bool, retention_default=0):
         max_load = d(st.one_of(st.none(), st.none(), st.integers(0, prompt)))
         max_offload = d(st.one_of(st.none(), st.none(), st.none(), st.integers(0, prompt)))
         la = d(st.sampled_from([0, 1])) if lookahead and eagle else 0
-        return Case(fa, sb, window, extra, eagle, bpc, retention, prompt, budget, decode,
-                    ending, end_after, d(st.booleans()), d(st.booleans()), later, max_load,
-                    max_offload, la, d(st.booleans()))
+        head = (fa, sb, window, extra, eagle, bpc, retention, prompt, budget, decode, ending,
+                end_after, d(st.booleans()), d(st.booleans()), later, max_load, max_offload, la,
+                d(st.booleans()))
+        fail_store, fail_load, recompute = -1, False, False
+        if failures:
+            fail_store = d(st.sampled_from([-1, -1, 0, 1, 2]))
+            fail_load = d(st.booleans())
+            recompute = fail_load and d(st.booleans())
+        return Case(*head, dcp_size, fail_store, fail_load, recompute)
 
     return draw()
 
@@ -151,7 +168,7 @@ class Trace:
 @dataclass
 class Mismatch:
     event: int
-    what: str  # "stores" | "lookup hit" | "run"
+    what: str  # "stores" | "lookup hit" | "store completion" | "run"
     detail: str
     parts: tuple[str, ...]  # the record parts that decide this event
 
@@ -161,7 +178,7 @@ _STORE_PARTS = ("store_rule", "mask_window_extra", "eagle_tail_lifted_at_finish"
                 "retention_interval", "lookahead_hashes")
 _LOOKUP_PARTS = ("lookup_window_extra", "padded_initial_window", "pending", "eagle_widening",
                  "max_num_new_tokens", "max_load_tokens", "swa_reduction_before_caps",
-                 "lookahead_hashes")
+                 "lookahead_hashes", "failed_transfers")
 
 
 def _group_config(t: Trace, g: Group, r: Release, lookahead_mode: bool):
@@ -284,13 +301,30 @@ def explain(t: Trace, r: Release) -> Mismatch | None:
     if t.error is not None:
         return Mismatch(-1, "run", t.error, ())
     cursors: dict[str, list[int]] = {}
+    load_failed: set[str] = set()
     for i, ev in enumerate(t.events):
         rid = ev["req"]
         cur = cursors.setdefault(rid, [0] * len(t.groups))
+        if ev["kind"] == "transfer failed":  # the worker's report (0.34.0's failed_jobs)
+            if ev["job"] == "load" and r.failed_transfers:
+                load_failed.add(rid)  # RequestOffloadState.load_failed
+            continue
+        if ev["kind"] == "store completed":
+            # a failed store job is dropped (complete_store(success=False)),
+            # else published
+            want_ok = not (ev["failed_job"] and r.failed_transfers)
+            if ev["success"] != want_ok:
+                return Mismatch(i, "store completion", f"request {rid}: vLLM completes "
+                                f"{ev['keys']} key(s) of a store job the worker reported "
+                                f"{'failed' if ev['failed_job'] else 'done'} with success="
+                                f"{ev['success']}, {r.name} success={want_ok}",
+                                ("failed_transfers",))
+            continue
         if ev["kind"] == "lookup":
             cur[:] = [0 if r.cursor_on_lookup == "reset to 0" else c for c in cur]
             try:
-                want = _twin_hit(t, r, ev)
+                # after a failed load every lookup of the request is 0
+                want = 0 if rid in load_failed else _twin_hit(t, r, ev)
             except Exception as e:  # noqa: BLE001 (a record the twin refuses is a difference)
                 want = f"twin raised {type(e).__name__}: {e}"
             if want != ev["hit_tokens"]:

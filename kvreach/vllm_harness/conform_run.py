@@ -49,7 +49,8 @@ def run_case(case: Case, model_dir: str) -> Trace:
     kw = {"hash_lookahead_tokens": case.lookahead} if lookahead_settable() else {}
     setup = Setup(tuple(groups), budget=case.budget, blocks_per_chunk=case.blocks_per_chunk,
                   async_scheduling=case.async_scheduling, retention_interval=case.retention,
-                  offload_prompt_only=case.prompt_only, num_gpu_blocks=2000, **kw)
+                  offload_prompt_only=case.prompt_only, num_gpu_blocks=2000,
+                  dcp_world_size=case.dcp, **kw)
     try:
         run = SchedulerRun(setup, STOCK, model_dir)
     except Exception as e:  # noqa: BLE001 (a configuration vLLM refuses: not a case)
@@ -57,7 +58,10 @@ def run_case(case: Case, model_dir: str) -> Trace:
         t.error = f"skipped: vLLM refuses the configuration ({type(e).__name__}: {e})"
         return t
     hash_block = _hash_block(run)
-    trace = Trace([Group(g.kind, g.block_size, g.window, g.extra_retained_tokens, g.eagle)
+    if case.recompute:  # kv_load_failure_policy "recompute", as Scheduler.__init__ derives it
+        run.scheduler.recompute_kv_load_failures = True
+    trace = Trace([Group(g.kind, g.block_size * case.dcp, g.window, g.extra_retained_tokens,
+                         g.eagle)
                    for g in setup.groups], setup.blocks_per_chunk, setup.alignment_tokens(),
                   case.retention, case.prompt_only, hash_block, case.lookahead)
     rec = ReleaseRecorder(run)
@@ -112,6 +116,24 @@ def run_case(case: Case, model_dir: str) -> Trace:
         return meta
 
     connector.build_connector_meta = build
+    failed_jobs = _inject_failures(run, case, events)
+
+    def complete_store(keys, req_context=None, success=True, **_):
+        keys = list(keys)
+        # the failed job's completion: its keys, once (a later job may store
+        # the same keys again, and complete them)
+        failed_job = tuple(keys) in failed_jobs
+        if failed_job:
+            failed_jobs.remove(tuple(keys))
+        events.append(dict(kind="store completed", req=getattr(req_context, "req_id", "?"),
+                           keys=len(keys), success=bool(success), failed_job=failed_job))
+        if success:  # a manager publishes what completed, drops what failed
+            dropped.difference_update(keys)
+        else:
+            dropped.update(keys)
+
+    dropped: set = set()
+    run.manager.complete_store.side_effect = complete_store
 
     def drain() -> None:
         """Step until the scheduler is idle (the transfers flushed)."""
@@ -128,7 +150,8 @@ def run_case(case: Case, model_dir: str) -> Trace:
     def refresh(publish=case.publish):
         if not publish:
             return
-        rec.answers.update({k: LookupResult.HIT for ks in rec.stored_keys.values() for k in ks})
+        rec.answers.update({k: LookupResult.HIT for ks in rec.stored_keys.values() for k in ks
+                            if k not in dropped})
 
     params = {}
     if case.max_offload is not None:
@@ -163,6 +186,55 @@ def run_case(case: Case, model_dir: str) -> Trace:
     except Exception as e:  # noqa: BLE001 (vLLM under test raised: reported)
         trace.error = f"vLLM raised {type(e).__name__}: {e}"
     return trace
+
+
+def failures_settable() -> bool:
+    """The vLLM here has a worker report of failed transfers (0.34.0's
+    ``OffloadingWorkerMetadata.failed_jobs``, read into ``TransferJob.failed``
+    and ``RequestOffloadState.load_failed``); before 0.34.0 a job is only
+    completed."""
+    import dataclasses as dc
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingWorkerMetadata,
+    )
+
+    return "failed_jobs" in {f.name for f in dc.fields(OffloadingWorkerMetadata)}
+
+
+def _inject_failures(run, case: Case, events: list) -> set:
+    """The worker's answers of ``case``: its ``fail_store``-th store job of
+    the run and (``fail_load``) the later request's first load reported
+    failed (``failed_jobs``; a failed load also in ``failed_recving``, as
+    0.34.0's worker reports it). -> the failed store jobs' keys (a list of
+    key tuples, one per job not completed yet)."""
+    failed_jobs: list = []
+    if case.fail_store < 0 and not case.fail_load:
+        return failed_jobs
+    real = run._update
+    count = [0]
+    load_done = [False]
+
+    def update(out, mro):
+        meta = out.kv_connector_metadata
+        kco = mro.kv_connector_output
+        wm = kco.kv_connector_worker_meta
+        for jid, job in meta.store_jobs.items():
+            if count[0] == case.fail_store:
+                wm.failed_jobs.add(jid)
+                failed_jobs.append(tuple(run.offload._jobs[jid].keys))
+                events.append(dict(kind="transfer failed", req=job.req_id, job="store"))
+            count[0] += 1
+        for jid, job in meta.load_jobs.items():
+            if case.fail_load and job.req_id == "later" and not load_done[0]:
+                load_done[0] = True
+                wm.failed_jobs.add(jid)
+                kco.failed_recving = set(kco.failed_recving or ()) | {job.req_id}
+                events.append(dict(kind="transfer failed", req=job.req_id, job="load"))
+        return real(out, mro)
+
+    run._update = update
+    return failed_jobs
 
 
 def lookahead_settable() -> bool:
@@ -232,7 +304,8 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RECORDS,
     if lookahead_reachable is None:
         lookahead_reachable = lookahead_settable()
     drawn = lookahead_reachable and lookahead_settable()
-    strategy = cases(drawn, retention_default)
+    failures = failures_settable()
+    strategy = cases(drawn, retention_default, failures)
     out: dict = {"vllm": vllm.__version__, "cases": n, "seed": seed,
                  "lookahead_mode_drawn": drawn,
                  "lookahead_unchecked": lookahead_reachable and not drawn}
@@ -258,6 +331,10 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RECORDS,
         out["skipped_why"] = sorted(set(skipped))[:3]
         out["endings"] = {e: sum(c.ending == e for c, _ in seen) for e in ENDINGS}
         out["lookahead_cases"] = sum(c.lookahead > 0 for c, _ in seen)
+        out["dcp_cases"] = sum(c.dcp > 1 for c, _ in seen)
+        out["failures_drawn"] = failures
+        out["failed_store_cases"] = sum(c.fail_store >= 0 for c, _ in seen)
+        out["failed_load_cases"] = sum(c.fail_load for c, _ in seen)
         out["errors"] = sum(1 for _, m in seen if any(x is not None and x.what == "run"
                                                       for x in m.values()))
         out["differing"] = {r.name: sum(m[r.name] is not None for _, m in seen) for r in records}
