@@ -168,7 +168,7 @@ class Trace:
 @dataclass
 class Mismatch:
     event: int
-    what: str  # "stores" | "lookup hit" | "store completion" | "run"
+    what: str  # "stores" | "lookup hit" | "junction" | "store completion" | "run"
     detail: str
     parts: tuple[str, ...]  # the record parts that decide this event
 
@@ -258,7 +258,9 @@ def _with_lookup_boundary(w, g, boundary_tokens: int):
         block_mask=None if all(keep) else tuple(k for k in keep for _ in range(bpc)))
 
 
-def _twin_hit(t: Trace, r: Release, obs: dict):
+def _lookup_inputs(t: Trace, r: Release, obs: dict):
+    """Record ``r``'s lookup groups, the looking-up request and the
+    manager's answers of one observed lookup (impl's lookup types)."""
     from kvreach.impl import lookup as lk
     from kvreach.impl import release as release_params
 
@@ -274,7 +276,79 @@ def _twin_hit(t: Trace, r: Release, obs: dict):
     # no widen / pop (LaterRequest.hash_lookahead_tokens: impl's one mapping)
     req = lk.LaterRequest(obs["num_tokens"], obs["local"], obs["max_load"],
                           hash_lookahead_tokens=t.lookahead if lookahead_mode else 0)
+    return groups, req, content
+
+
+def _twin_hit(t: Trace, r: Release, obs: dict):
+    from kvreach.impl import lookup as lk
+    from kvreach.impl import release as release_params
+
+    groups, req, content = _lookup_inputs(t, r, obs)
     return lk.lookup(groups, req, content, parts=release_params.lookup_parts(r)).hit_tokens
+
+
+def full_attention_hit_boundary(t: Trace, r: Release, obs: dict) -> int | None:
+    """``_lookup_complete_chunks``' ``full_attention_hit_boundary`` (0.34.0):
+    the hit bound the full-attention groups leave when the first
+    sliding-window group is reached in the first pass (after that group's
+    own key cap and ``max_load_tokens`` rounding); 0 when a full group
+    deferred or there is none; None when the lookup ended before (a full
+    group hit less than a chunk). Built from impl's lookup pieces (its
+    caps, ``num_keys``, ``maximal_prefix_lookup``); impl's lookup itself has
+    no junction, this is the one place it is computed."""
+    from kvreach.impl import lookup as lk
+    from kvreach.params import cdiv
+
+    groups, req, content = _lookup_inputs(t, r, obs)
+    full, swa = lk.lookup_order(groups)
+    if not swa:
+        return None
+    local = req.local_hit_tokens
+    max_load = req.max_load_tokens if r.max_load_tokens else None
+    max_hit = req.num_tokens - 1 if r.swa_reduction_before_caps else req.num_tokens
+    if max_load is not None:
+        max_hit = min(max_hit, local + max_load)
+    if not r.swa_reduction_before_caps:
+        max_hit -= 1
+    defer = False
+    for gi in (*full, swa[0]):
+        g = groups[gi]
+        C = g.chunk_tokens
+        n_keys = lk.num_keys(g, req)
+        max_hit = min(max_hit, n_keys * C)
+        if max_load is not None:
+            max_hit = max_hit // C * C
+        if max_hit - local < C:
+            return None
+        if g.is_swa:
+            return max_hit if full and not defer else 0
+        start = local // C
+        hit_chunks = lk.maximal_prefix_lookup(
+            [content.answer(gi, c) for c in range(start, min(cdiv(max_hit, C), n_keys))])
+        if hit_chunks == 0:
+            return None
+        if hit_chunks is None:
+            defer = True
+            continue
+        max_hit = min(max_hit, C * (start + hit_chunks))
+        if max_hit - local < C:
+            return None
+    return None
+
+
+def junction_after_lookup(t: Trace, r: Release, obs: dict, hit: int | None) -> int:
+    """``Request.shared_prefix_boundary`` after the lookup ``obs`` under
+    record ``r``: with ``junction_on_lookup`` and a retention interval, a
+    hit a sparse group cut below the full-attention boundary pins it
+    (``_maybe_register_shared_prefix_junction``, never lowering one the GPU
+    prefix cache set); else as it was before."""
+    before = obs.get("spb_before") or 0
+    if not r.junction_on_lookup or t.retention is None or hit is None:
+        return before
+    b = full_attention_hit_boundary(t, r, obs)
+    if b is None or b <= obs["local"] + hit:
+        return before
+    return max(before, b)
 
 
 def explaining_parts(t: Trace, r: Release, records: tuple[Release, ...] | None = None) -> list[str]:
@@ -331,6 +405,14 @@ def explain(t: Trace, r: Release) -> Mismatch | None:
                 return Mismatch(i, "lookup hit", f"request {rid} ({ev['num_tokens']} tokens, "
                                 f"{ev['local']} local, max_load_tokens {ev['max_load']}): vLLM "
                                 f"{ev['hit_tokens']}, {r.name} {want}", _LOOKUP_PARTS)
+            if "spb_after" in ev and rid not in load_failed:
+                spb = junction_after_lookup(t, r, ev, want)
+                if spb != ev["spb_after"]:
+                    return Mismatch(i, "junction", f"request {rid} ({ev['num_tokens']} tokens, "
+                                    f"{ev['local']} local, hit {want}, retention interval "
+                                    f"{t.retention}): vLLM leaves shared_prefix_boundary "
+                                    f"{ev['spb_after']}, {r.name} {spb} (it was "
+                                    f"{ev['spb_before']})", ("junction_on_lookup",))
             if ev["hit_tokens"]:
                 cached = ev["local"] + ev["hit_tokens"]
                 cur[:] = [-(-cached // (g.block * t.blocks_per_chunk)) for g in t.groups]
@@ -454,4 +536,9 @@ EDGE_CASES = (
     # chunk reached): 0.34.0's mask offers SWA chunk 0 of the later request,
     # lookup-window keeps only the runs before a boundary a lookup ends at.
     Case(4, 2, 2, 0, False, 1, None, 1, 16, 0, "finish", 0, False, False, 2, None, None, 0, False),
+    # a 4-token prompt stored under retention interval 0 (nothing published
+    # while it runs), then a 5-token request whose SWA group hits nothing
+    # below the full-attention boundary 4: 0.34.0's lookup pins that
+    # boundary as the junction (shared_prefix_boundary 4), 0.33.0's does not.
+    Case(4, 2, 2, 0, False, 1, 0, 4, 16, 0, "finish", 0, False, False, 5, None, None, 0, False),
 )

@@ -73,10 +73,22 @@ def run_case(case: Case, model_dir: str) -> Trace:
         events.append(dict(kind="lookup", req=request.request_id, num_tokens=o.num_tokens,
                            local=local, max_load=o.max_load_tokens, hit_tokens=o.hit_tokens,
                            hit=sorted(o.content.hit), pending=sorted(o.content.pending),
-                           retry=sorted(o.content.retry)))
+                           retry=sorted(o.content.retry),
+                           # Request.shared_prefix_boundary around the lookup (a
+                           # junction the lookup registers, 0.34.0)
+                           spb_before=spb_before.get(request.request_id, 0),
+                           spb_after=getattr(request, "shared_prefix_boundary", 0) or 0))
         return o
 
     rec._observe = observe
+    spb_before: dict[str, int] = {}
+    inner_lookup = run.offload.get_num_new_matched_tokens
+
+    def lookup(request, *a, **kw):
+        spb_before[request.request_id] = getattr(request, "shared_prefix_boundary", 0) or 0
+        return inner_lookup(request, *a, **kw)
+
+    run.offload.get_num_new_matched_tokens = lookup
     connector = run.connector
     real_build = connector.build_connector_meta
 
@@ -314,11 +326,15 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RECORDS,
         seen: list[tuple[Case, dict[str, Mismatch | None]]] = []
         skipped: list[str] = []
 
+        junctions = [0]  # cases in which a lookup moved shared_prefix_boundary
+
         def collect(case):
             t = run_case(case, model_dir)
             if t.error and t.error.startswith("skipped"):
                 skipped.append(t.error)
                 return
+            junctions[0] += any(e["kind"] == "lookup" and e["spb_after"] != e["spb_before"]
+                                for e in t.events)
             seen.append((case, {r.name: explain(t, r) for r in records}))
 
         for edge in EDGE_CASES:  # the records' known edges first, then n drawn cases
@@ -332,6 +348,7 @@ def run_here(n: int, seed: int, records: tuple[Release, ...] = RECORDS,
         out["endings"] = {e: sum(c.ending == e for c, _ in seen) for e in ENDINGS}
         out["lookahead_cases"] = sum(c.lookahead > 0 for c, _ in seen)
         out["dcp_cases"] = sum(c.dcp > 1 for c, _ in seen)
+        out["junction_cases"] = junctions[0]
         out["failures_drawn"] = failures
         out["failed_store_cases"] = sum(c.fail_store >= 0 for c, _ in seen)
         out["failed_load_cases"] = sum(c.fail_load for c, _ in seen)
