@@ -168,3 +168,107 @@ def test_a_planted_refactor_of_0_34_0_still_equals_its_record(src034, tmp_path):
     assert not fv.differences.get("0.34.0")
     lines, code = combine(fv, sv)
     assert code == 0 and lines[-1] == "equals 0.34.0", lines
+
+
+# kvreach's lookup-window patch on 0.34.0, a 0.34.0 without the shared-prefix
+# junction, and failed transfers: the sources from 0.34.0's sdist, fetched
+# once into the user's cache by the project's own kvreach.vllm_sdist.
+
+_PATCH_034 = Path(__file__).resolve().parents[1] / "docs" / "upstream" / "lookup-window-0.34.0.patch"
+_TEST_FILE = "tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py"
+_JUNCTION_GUARD = ("        if self.config.retention_interval is None:\n            return\n"
+                   "        if boundary <= req_status.num_locally_computed_tokens + num_hit_tokens:")
+
+
+@pytest.fixture(scope="module")
+def sdist034() -> Path:
+    _need_vllm()
+    from kvreach import vllm_sdist
+
+    return vllm_sdist.tree("0.34.0")
+
+
+def _sdist_copy(src: Path, dest: Path) -> Path:
+    shutil.copytree(src / "vllm", dest / "vllm")
+    (dest / _TEST_FILE).parent.mkdir(parents=True)
+    shutil.copy2(src / _TEST_FILE, dest / _TEST_FILE)
+    return dest
+
+
+@pytest.mark.slow
+def test_the_patched_0_34_0_equals_lookup_window(sdist034, tmp_path):
+    """The upstream patch applied with ``patch -p1`` to 0.34.0's sdist: both
+    layers name kvreach's lookup-window record (not "differs"), and no other."""
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from kvreach.cli import app
+
+    if shutil.which("patch") is None:
+        pytest.skip("no `patch` program on this machine")
+    tree = _sdist_copy(sdist034, tmp_path / "patched")
+    p = subprocess.run(["patch", "-p1", "--batch", "--forward", "-i", str(_PATCH_034)],
+                       cwd=tree, capture_output=True, text=True)
+    assert p.returncode == 0 and "fuzz" not in p.stdout and "offset" not in p.stdout, p.stdout
+    r = CliRunner().invoke(app, ["conform", "--vllm-src", str(tree), "--cases", "300"])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 0 and lines[-1] == "equals lookup-window", r.output
+    assert "  lookup-window: agrees on every case" in lines
+    assert any(ln.startswith("  0.34.0: differs on ") for ln in lines), r.output
+    # the function layer's store rule runs the patched mask and narrows too
+    assert "  lookup-window: no checked role differs" in lines
+    assert "  0.34.0: differs in 1: store rule" in lines
+
+
+@pytest.mark.slow
+def test_a_0_34_0_without_the_junction_is_explained_by_junction_on_lookup(sdist034, tmp_path):
+    tree = _sdist_copy(sdist034, tmp_path / "no-junction")
+    sched = tree / cf._SCHED
+    text = sched.read_text()
+    assert text.count(_JUNCTION_GUARD) == 1
+    sched.write_text(text.replace(_JUNCTION_GUARD, _JUNCTION_GUARD.replace(
+        "if self.config.retention_interval is None:", "if True:  # planted: no junction")))
+    sv = system.run_system(tree, 20, 0)
+    assert sv.data is not None, sv.missing
+    assert sv.agree == [] and sv.data["nearest"] == "0.34.0", sv.data["differing"]
+    sh = sv.data["shrunk"]
+    assert sh["mismatch"]["what"] == "junction", sh
+    assert "junction_on_lookup=False (the record has True)" in sh["explained_by"], sh
+
+
+def test_failed_transfers_follow_the_record():
+    """On the installed vLLM, if its worker can report a failed transfer
+    (0.34.0): a failed store is completed with success=False, a failed load
+    (recompute policy) makes the request's next lookup 0; 0.34.0's record
+    agrees, the same record without ``failed_transfers`` differs on each and
+    the explaining part is ``failed_transfers``."""
+    import dataclasses
+    import tempfile
+
+    _need_vllm()
+    from kvreach.conform.system import Case, explain, explaining_parts
+    from kvreach.releases import V0_34_0
+    from kvreach.vllm_harness import conform_run
+    from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
+
+    if not conform_run.failures_settable():
+        pytest.skip("the installed vLLM's worker cannot report a failed transfer (before 0.34.0)")
+    base = Case(4, 4, 8, 0, False, 1, None, 32, 64, 0, "finish", 0, False, True, 32, None,
+                None, 0)
+    without = dataclasses.replace(V0_34_0, failed_transfers=False)
+    with tempfile.TemporaryDirectory() as d, hybrid_kv_cache_shim():
+        model_dir = write_offline_model(d)
+        store = conform_run.run_case(dataclasses.replace(base, fail_store=0), model_dir)
+        load = conform_run.run_case(dataclasses.replace(base, fail_load=True, recompute=True),
+                                    model_dir)
+    assert store.error is None and load.error is None
+    done = [e for e in store.events if e["kind"] == "store completed" and e["failed_job"]]
+    assert len(done) == 1 and done[0]["success"] is False
+    later = [e["hit_tokens"] for e in load.events if e["kind"] == "lookup" and e["req"] == "later"]
+    assert later[0] > 0 and later[1:] == [0], later
+    for t, what in ((store, "store completion"), (load, "lookup hit")):
+        assert explain(t, V0_34_0) is None
+        m = explain(t, without)
+        assert m is not None and m.what == what, m
+        assert explaining_parts(t, without) == ["failed_transfers=True (the record has False)"]
