@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from kvreach.conform.compare import DIFFERS, EQUALS, EXIT, UNDECIDED, Verdict
 from kvreach.conform.report import render
-from kvreach.conform.system import SystemVerdict
+from kvreach.conform.system import EDGE_CASES, SystemVerdict
 
 
 def _system_lines(sv: SystemVerdict) -> list[str]:
@@ -29,11 +29,17 @@ def _system_lines(sv: SystemVerdict) -> list[str]:
         return [f"system layer: cannot run: {sv.missing}"]
     lines = [f"system layer: vLLM {d['vllm']} (real Scheduler, stock OffloadingConnector, "
              f"manager answers scripted): {d['ran']} of {d['cases']} hypothesis cases ran "
-             f"(seed {d['seed']}; {d['skipped']} configurations vLLM refuses), "
+             f"(seed {d['seed']}; the first {len(EDGE_CASES)} the records' known edges; "
+             f"{d['skipped']} configurations vLLM refuses), "
              f"{d['wall_s']} s",
              "  endings: " + ", ".join(f"{k} {v}" for k, v in d["endings"].items())
              + f"; lookahead-hash mode in {d['lookahead_cases']} cases"
-             + ("" if d["lookahead_mode_drawn"] else " (this vLLM has no such mode)")]
+             + ("" if d["lookahead_mode_drawn"] else " (this vLLM has no such mode)"),
+             "  transfers: " + (f"a failed store in {d['failed_store_cases']} cases, a failed "
+                                f"load in {d['failed_load_cases']}" if d.get("failures_drawn")
+                                else "none failed (this vLLM's worker cannot report a failure)")
+             + f"; a lookup registered a shared-prefix junction in {d.get('junction_cases', 0)}"
+             " cases; DCP not drawn (vLLM refuses DCP with a sliding-window group)"]
     for name, n in d["differing"].items():
         lines.append(f"  {name}: " + ("agrees on every case" if n == 0
                                       else f"differs on {n} case(s)"))
