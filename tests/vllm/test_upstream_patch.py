@@ -3,7 +3,7 @@
 0.33.0): each applies cleanly (fast), and scripts/upstream_check.py's verdicts
 on the patched 0.34.0 tree with vLLM's stock connector (slow: four runs of
 vLLM's own scheduler tests, the F6 replays, the differential check, the
-hashed-end horizon case).
+hashed-end horizon case, kvreach conform on the patched and stock trees).
 
 The sdist comes from a cache (``$VLLM_SRC_CACHE`` or
 ``~/.cache/kvreach/vllm-sdist``) or is downloaded once into the user's cache
@@ -85,7 +85,8 @@ def test_upstream_check_verdicts(tmp_path):
     only the tests pinning 0.34.0's stored sets differ, and they pass updated;
     every F6 counterexample gets the dense hit (and still loses it on stock);
     the patched mask equals lookup-window on every differential case; the
-    hashed-end horizon chunk stock stores is not stored."""
+    hashed-end horizon chunk stock stores is not stored; kvreach conform names
+    lookup-window on the patched tree and 0.34.0 on the stock one."""
     out = tmp_path / "verdicts.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--cases", "5000", "--json", str(out)],
                        capture_output=True, text=True)
@@ -108,3 +109,6 @@ def test_upstream_check_verdicts(tmp_path):
     assert v["diff_stock"]["first_difference"] is not None
     h = v["horizon"]
     assert h["ok"] and 4 in h["stock"]["swa_stored"] and 4 not in h["patched"]["swa_stored"]
+    c = v["conform"]  # kvreach conform names kvreach's rule on the patched tree
+    assert c["ok"] and c["patched"]["last"] == "equals lookup-window" and c["patched"]["exit"] == 0
+    assert c["stock"]["last"] == "equals 0.34.0" and c["stock"]["exit"] == 0
