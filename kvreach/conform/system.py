@@ -376,9 +376,15 @@ def explain(t: Trace, r: Release) -> Mismatch | None:
         return Mismatch(-1, "run", t.error, ())
     cursors: dict[str, list[int]] = {}
     load_failed: set[str] = set()
+    zeroed: dict[str, set[tuple[int, int, int]]] = {}  # (group, position, block id)
     for i, ev in enumerate(t.events):
         rid = ev["req"]
         cur = cursors.setdefault(rid, [0] * len(t.groups))
+        if ev["kind"] == "stale":  # the connector zeroes them from its store cursor on
+            start = cur[ev["group"]] * t.blocks_per_chunk
+            zeroed.setdefault(rid, set()).update(
+                (ev["group"], j, b) for j, b in ev["blocks"] if j >= start)
+            continue
         if ev["kind"] == "transfer failed":  # the worker's report (0.34.0's failed_jobs)
             if ev["job"] == "load" and r.failed_transfers:
                 load_failed.add(rid)  # RequestOffloadState.load_failed
@@ -419,6 +425,11 @@ def explain(t: Trace, r: Release) -> Mismatch | None:
         elif ev["kind"] == "reset":  # the preemption: the cursor moves at the next lookup
             continue
         else:  # a request's stores at one build_connector_meta
+            blocks = [list(b) for b in ev["blocks"]]
+            for g_, j, b in zeroed.get(rid, ()):
+                if j < len(blocks[g_]) and blocks[g_][j] == b:  # still that stale entry
+                    blocks[g_][j] = 0
+            ev = dict(ev, blocks=blocks)
             for gi in range(len(t.groups)):
                 try:
                     want, nxt = _offered(t, r, gi, ev, cur[gi])

@@ -93,12 +93,32 @@ def run_case(case: Case, model_dir: str) -> Trace:
     real_build = connector.build_connector_meta
 
     def build(scheduler_output):
-        for rid, ids, full_table in _yield_req_data(scheduler_output):
+        data = list(_yield_req_data(scheduler_output))
+        # the block ids this batch allocates (the connector's
+        # _current_batch_allocated_block_ids) and each table's end before it
+        alloc = {b for _, ids, _ in data for g in (ids or ()) for b in g if b}
+        alloc |= {c.dst_block_id for c in getattr(scheduler_output, "kv_cache_block_copies",
+                                                   None) or ()}
+        ends: dict[str, list[int]] = {}
+        for rid, ids, full_table in data:
             if full_table or rid not in tables:
                 tables[rid] = [list(g) for g in ids] if ids else [[] for _ in setup.groups]
+                ends[rid] = [0] * len(setup.groups)
             elif ids:
+                ends[rid] = [len(t_) for t_ in tables[rid]]
                 for t_, new in zip(tables[rid], ids):
                     t_.extend(new)
+        # a sliding-window block released and handed out again in this batch:
+        # the connector zeroes its stale entry from its store cursor on
+        # (build_connector_meta, "Zero out stale block_ids"); the twin applies
+        # it from its own cursor
+        for rid, table in tables.items():
+            for gi, g in enumerate(setup.groups):
+                end = ends.get(rid, [len(t_) for t_ in table])[gi]
+                stale = [(j, table[gi][j]) for j in range(end)
+                         if g.kind == "swa" and table[gi][j] in alloc] if alloc else []
+                if stale:
+                    events.append(dict(kind="stale", req=rid, group=gi, blocks=stale))
         ctxs = {}
         for rid in (*scheduler_output.num_scheduled_tokens, *scheduler_output.finished_req_ids):
             req = run.requests.get(rid)
