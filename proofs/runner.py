@@ -28,7 +28,7 @@ from kvreach.params import LOAD_MODELS, RULES
 from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (the tests patch the budgets here).
 from kvreach.proofs.config import (
-    BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NAMED_BMC, NAMED_MUTANTS, NODE_RL, ROW_RL,
+    BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NODE_RL, ROW_RL,
     SCOPE_LOOKAHEAD_OFF, SCOPE_WORLD_VLLM_034, VACUITY_RL,
 )
 from kvreach.proofs.flatten import flat_terms
@@ -202,11 +202,11 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
     ``shaped``: only (True) or never (False) in a shape the real scheduler
     runs (``Obligation.replayable``); None: that shape first, per query.
     ``named``: each query's if-then-else terms named (``proofs/flatten.py``;
-    None: for the obligations of ``config.NAMED_BMC``), the row's own search
+    None: ``Obligation.named_bmc``), the row's own search
     first in the obligation's ``named_shapes``."""
     ob = OBLIGATIONS[name]
     if named is None:
-        named = name in NAMED_BMC
+        named = ob.named_bmc
     if geometry is None and ob.grid:
         return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm, named)[0]
     for pinned in (True, False):
@@ -243,7 +243,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     cex["geometry"] = geometry.name
                 if store_fn is None:
                     trace = cex.pop("_trace")
-                    cex["replayed_violation"] = decode.violation_in(trace, name, model, cex, ob.witness)
+                    cex["replayed_violation"] = decode.violation_in(trace, ob, model, cex)
                 return depth, cex
     return None, None
 
@@ -272,8 +272,7 @@ def _static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) 
     cex = decode.decode_static(m, sctx)
     if geometry is not None:
         cex["geometry"] = geometry.name
-        cex["replayed_violation"] = decode.violation_in(
-            None, ob.name, model, cex | {"rule": sctx.rule}, ob.witness)
+        cex["replayed_violation"] = decode.violation_in(None, ob, model, cex | {"rule": sctx.rule})
     return cex
 
 
@@ -510,7 +509,7 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
                           meter)[0] == z3.sat
     else:
         depth, _ = find_counterexample(name, "vllm-0.33", "intended", store_fn=store_fn,
-                                       meter=meter, named=name in NAMED_MUTANTS)
+                                       meter=meter, named=ob.named_mutant)
         rejected = depth is not None
     _mutant_cache[name] = (mname, rejected)
     _mutant_used[name] = meter.used
@@ -520,8 +519,8 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
 
 def _mutant_terms(name: str, terms: list) -> list:
     """A mutant check's assertions, named (``proofs/flatten.py``) for the
-    obligations of :data:`NAMED_MUTANTS`."""
-    return flat_terms(terms) if name in NAMED_MUTANTS else terms
+    obligations with ``Obligation.named_mutant``."""
+    return flat_terms(terms) if OBLIGATIONS[name].named_mutant else terms
 
 
 def _rest_on(row: Row, invariant_ok: dict) -> None:

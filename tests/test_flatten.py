@@ -116,16 +116,17 @@ def _checked_terms(monkeypatch):
 
 
 def test_named_mutant_checks_and_counterexample_search(monkeypatch):
-    """The mutant checks of ``config.NAMED_MUTANTS`` and the counterexample
-    search of ``config.NAMED_BMC`` are named (no arithmetic if-then-else
+    """The mutant checks of the obligations with ``named_mutant`` and the
+    counterexample search of those with ``named_bmc`` are named (no arithmetic if-then-else
     reaches the solver), the others as written; exactly-once-restarts'
     named search finds a trace of the step kinds vLLM's scheduler replays."""
-    from kvreach.proofs import config, runner
+    from kvreach.proofs import runner
+    from kvreach.proofs.obligations import OBLIGATIONS
     from kvreach.proofs.obligations.restarts import REPLAYED_KINDS
     from kvreach.spec.lifecycle import KINDS
 
-    assert "exactly-once-restarts" in config.NAMED_BMC
-    assert "completeness" not in config.NAMED_MUTANTS | config.NAMED_BMC
+    assert OBLIGATIONS["exactly-once-restarts"].named_bmc
+    assert not (OBLIGATIONS["completeness"].named_mutant or OBLIGATIONS["completeness"].named_bmc)
     monkeypatch.setattr(runner, "_mutant_cache", {})
     monkeypatch.setattr(runner, "_mutant_used", {})
     monkeypatch.setattr(runner, "_mutant_sats", {})

@@ -351,8 +351,8 @@ _REPLAYERS = {
     "lifecycle": _lifecycle, "mask": _lifecycle, "restarts": _lifecycle,
 }
 # obligation -> its replayer, from the obligations' records
-REPLAYS = {ob.name: _REPLAYERS[ob.vllm_replay.kind](ob.name) for ob in ALL
-           if ob.vllm_replay is not None}
+REPLAY_KIND = {ob.name: ob.vllm_replay.kind for ob in ALL if ob.vllm_replay is not None}
+REPLAYS = {name: _REPLAYERS[kind](name) for name, kind in REPLAY_KIND.items()}
 
 
 def reproduced(obligation: str, result: dict) -> bool:
@@ -366,7 +366,7 @@ def reproduced(obligation: str, result: dict) -> bool:
         return False
     if obligation in WITNESS:
         return bool(v[WITNESS[obligation]])
-    if obligation.startswith("no-waste"):
+    if REPLAY_KIND.get(obligation) == "no-waste":
         return v["chunk_kept"] and not v["loaded_by_later_tokens"]
     return (v["hit_tokens"] or 0) < (v["dense_hit_tokens"] or 0)
 

@@ -23,6 +23,7 @@ from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
     SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
+from kvreach.proofs.decode import lost_hit_chunks, unloaded_kept_chunk
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
 from kvreach.proofs.geometries import Geometry
@@ -340,7 +341,7 @@ HIT_PRESERVATION = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("hit-preservation"),
+    vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
 )
 NO_WASTE = Obligation(
     "no-waste",
@@ -353,7 +354,7 @@ NO_WASTE = Obligation(
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("no-waste"),
+    vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
 )
 LOOKUP_PREFIX_SCAN = Obligation(
     "lookup-prefix-scan",
@@ -388,7 +389,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("hit-preservation"),
+    vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
@@ -399,7 +400,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
-    reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
 )
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
@@ -410,7 +411,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("no-waste"),
+    vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
 )
 
 

@@ -163,6 +163,27 @@ def _real_alignment(ctx: Ctx) -> list[list]:
     return [[s.has_align, s.A % s.bpc == 0]]
 
 
+# --- the witnesses in a replayed trace (impl.lifecycle.run) ---------------
+
+def _unwanted_stored(trace, model: str, cex: dict) -> list[int]:
+    return sorted(set(trace.stored) - trace.wanted(model))
+
+
+def _computed_not_stored(trace, model: str, cex: dict) -> list[int]:
+    computed = trace.computed_tokens // trace.group.chunk_tokens
+    return sorted(c for c in trace.needed(model) - set(trace.stored) if c < computed)
+
+
+def _stored_twice(trace, model: str, cex: dict) -> list[int]:
+    stored = list(trace.stored)
+    return sorted({c for c in stored if stored.count(c) > 1})
+
+
+def _stored_uncomputed(trace, model: str, cex: dict) -> list[int]:
+    C = trace.group.chunk_tokens
+    return sorted(c for st in trace.steps for c in st.submitted if (c + 1) * C > st.num_computed_tokens)
+
+
 # --- the obligations ------------------------------------------------------
 
 SOUNDNESS = Obligation(
@@ -172,7 +193,8 @@ SOUNDNESS = Obligation(
     "lifecycle", mutant=mutants.PREFIX_HORIZON, scope=SCOPE_SYMBOLIC,
     step_violation=_sound_step, bmc_violation=_sound_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
-    vllm_replay=Replay("lifecycle", "violating"),
+    vllm_replay=Replay("lifecycle", "violating"), trace_witness=_unwanted_stored,
+    named_mutant=True,  # the mutant 0.72 M -> 0.10 M units named
 )
 COMPLETENESS = Obligation(
     "completeness",
@@ -182,13 +204,14 @@ COMPLETENESS = Obligation(
     "lifecycle", mutant=mutants.NO_FINAL_TAIL, scope=SCOPE_SYMBOLIC,
     step_violation=_complete_step, bmc_violation=_complete_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
-    vllm_replay=Replay("lifecycle", "missing"),
+    vllm_replay=Replay("lifecycle", "missing"), trace_witness=_computed_not_stored,
 )
 EXACTLY_ONCE = Obligation(
     "exactly-once",
     "No chunk is submitted twice, abort reconsideration included.",
     "lifecycle", mutant=mutants.RECONSIDER_RESUBMITS, scope=SCOPE_SYMBOLIC,
     step_violation=_once_step, bmc_violation=_once_bmc, model_specific=False,
+    trace_witness=_stored_twice,
 )
 COMPUTED_BEFORE_STORED = Obligation(
     "computed-before-stored",
@@ -196,7 +219,7 @@ COMPUTED_BEFORE_STORED = Obligation(
     "((c + 1) * chunk_tokens <= num_computed_tokens).",
     "lifecycle", mutant=mutants.STORE_AHEAD, scope=SCOPE_SYMBOLIC,
     step_violation=_computed_step, bmc_violation=_computed_bmc, model_specific=False,
-    vllm_replay=Replay("lifecycle", "uncomputed"),
+    vllm_replay=Replay("lifecycle", "uncomputed"), trace_witness=_stored_uncomputed,
 )
 MASK_EQUIVALENCE = Obligation(
     "mask-equivalence",
