@@ -188,7 +188,7 @@ class Obligation:
     # 200 M budget).
     named_ites: bool = False
     # ``named_bmc``: its rows' BMC counterexample searches
-    # (``runner.find_counterexample``). A named query finds other models than
+    # (``search.find_counterexample``). A named query finds other models than
     # the written one, so a named search first looks for a trace in the shape
     # the replay runs (``named_shapes``), and an obligation with it had its
     # rows' counterexamples replayed on vLLM again. Measured and left off:
@@ -200,7 +200,7 @@ class Obligation:
     # bookkeeping does not make), computed-before-stored-restarts (1.2 M ->
     # 3.3 M), hit-preservation (vllm-0.29 1.5 M -> 1.9 M).
     named_bmc: bool = False
-    # ``named_mutant``: its mutant checks (``runner.run_mutant``: the BMC
+    # ``named_mutant``: its mutant checks (``mutant_check.run_mutant``: the BMC
     # search or the query with the mutant planted). A mutant's model is only
     # ever "sat" (the mutant rejected), never decoded nor replayed, so a
     # different model changes nothing reported. Measured and left off (units

@@ -25,8 +25,10 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x) for x in (
     {"induction", "neighbours", "decode", "obligations.store"},
     {"obligations.lookup", "obligations.neighbours", "obligations.restarts"},
     {"obligations"},  # ALL, OBLIGATIONS, run_order
-    {"solve", "versions"},
-    {"runner"},
+    {"solve", "versions", "rows"},  # rows: the row list, the expected table, Row
+    {"search"},  # the counterexample search (BMC, static shapes)
+    {"mutant_check"},
+    {"runner"},  # one row
     {"pool", "counterexample", "catalog"},
 ))
 ABOVE = ("kvreach.cli", "kvreach.vllm_harness", "kvreach.plot", "kvreach.diagram")
