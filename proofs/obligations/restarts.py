@@ -29,7 +29,7 @@ from kvreach.proofs.config import SCOPE_WORLD_VLLM
 from kvreach.proofs.framework import Ctx, Obligation, Replay
 from kvreach.proofs.matrix import WORLD_VLLM_PARTS
 from kvreach.proofs.obligations.store import (  # the world-single forms, restated over world "vllm"
-    _computed_bmc, _computed_step, _once_bmc, _once_step,
+    computed_bmc, computed_step, once_bmc, once_step,
 )
 from kvreach.spec import mask
 from kvreach.spec.lifecycle import (
@@ -200,7 +200,7 @@ EXACTLY_ONCE_RESTARTS = world_vllm(
     "hit's chunk count, which can move it back; either way computed chunks "
     "are offered again, and prepare_store's de-duplication is what keeps "
     "them from being transferred twice).",
-    step_violation=_once_step, bmc_violation=_once_bmc, invariant=running,
+    step_violation=once_step, bmc_violation=once_bmc, invariant=running,
     bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
     named_shapes=_replayed_shapes,
     vllm_replay=Replay("restarts", "offered_again"), trace_witness=_submitted_twice,
@@ -216,7 +216,7 @@ COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
     "No chunk is submitted before all of its tokens are computed in the "
     "step's incarnation ((c + 1) * chunk_tokens <= num_computed_tokens), "
     "over any number of incarnations.",
-    step_violation=_computed_step, bmc_violation=_computed_bmc, invariant=running,
+    step_violation=computed_step, bmc_violation=computed_bmc, invariant=running,
     lemmas=_computed_lemmas, mutant=mutants.STORE_AHEAD, trace_witness=_submitted_uncomputed,
 )
 REFUSED_RETRIED = world_vllm(

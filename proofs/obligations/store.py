@@ -62,11 +62,11 @@ def _complete_step(ctx: Ctx, pre, tr, post):
     )
 
 
-def _once_step(ctx: Ctx, pre, tr, post):
+def once_step(ctx: Ctx, pre, tr, post):
     return z3.And(pre.stored, tr.submitted)
 
 
-def _computed_step(ctx: Ctx, pre, tr, post):
+def computed_step(ctx: Ctx, pre, tr, post):
     return z3.And(tr.submitted, (ctx.c + 1) * ctx.s.C > post.f)
 
 
@@ -80,12 +80,12 @@ def _complete_bmc(ctx, sts, trs):
     return _complete_step(ctx, sts[-2], trs[-1], sts[-1])
 
 
-def _once_bmc(ctx, sts, trs):
+def once_bmc(ctx, sts, trs):
     return z3.Or([z3.And(sts[i].stored, trs[i].submitted) for i in range(len(trs))])
 
 
-def _computed_bmc(ctx, sts, trs):
-    return z3.Or([_computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
+def computed_bmc(ctx, sts, trs):
+    return z3.Or([computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
 
 
 def _invariant_step(ctx: Ctx, pre, tr, post):
@@ -210,7 +210,7 @@ EXACTLY_ONCE = Obligation(
     "exactly-once",
     "No chunk is submitted twice, abort reconsideration included.",
     "lifecycle", mutant=mutants.RECONSIDER_RESUBMITS, scope=SCOPE_SYMBOLIC,
-    step_violation=_once_step, bmc_violation=_once_bmc, model_specific=False,
+    step_violation=once_step, bmc_violation=once_bmc, model_specific=False,
     trace_witness=_stored_twice,
 )
 COMPUTED_BEFORE_STORED = Obligation(
@@ -218,7 +218,7 @@ COMPUTED_BEFORE_STORED = Obligation(
     "No chunk is submitted before all of its tokens are computed "
     "((c + 1) * chunk_tokens <= num_computed_tokens).",
     "lifecycle", mutant=mutants.STORE_AHEAD, scope=SCOPE_SYMBOLIC,
-    step_violation=_computed_step, bmc_violation=_computed_bmc, model_specific=False,
+    step_violation=computed_step, bmc_violation=computed_bmc, model_specific=False,
     vllm_replay=Replay("lifecycle", "uncomputed"), trace_witness=_stored_uncomputed,
 )
 MASK_EQUIVALENCE = Obligation(
