@@ -6,7 +6,7 @@ the case-splitting. This prints, for each depth, the time to decide the BMC quer
 of a few rows, and the time of each induction step query.
 
 Then the split strategy: the runner's (a ROOT_RL try, then every
-(step kind x EAGLE x retention) case at once, ``solve._solve_cases``) against
+(step kind x EAGLE x retention) case at once, ``solve.solve_cases``) against
 the baseline it replaced (a NODE_RL try at every node of a depth-first split over
 the same cases, then the rest; ``depth_first`` below), on the slowest proved
 rows, measured in the same run, and for each the ratio runner / baseline.
@@ -31,7 +31,7 @@ import time
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.proofs import runner, solve
+from kvreach.proofs import rows, runner, solve
 from kvreach.proofs.induction import bmc_query, lifecycle_step_query
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.spec.lifecycle import K_FINISH
@@ -50,14 +50,14 @@ def main() -> None:
         ob = OBLIGATIONS[name]
         cells = []
         for depth in (1, 2, 3, 4):
-            ctx = runner._ctx(rule, model)
+            ctx = rows.ctx_for(rule, model)
             q, _, _ = bmc_query(ob, ctx, depth)
             t = time.perf_counter()
-            r, _ = solve._solve(q.premise + [q.violation], solve.CHECK_RL)
+            r, _ = solve.check_terms(q.premise + [q.violation], solve.CHECK_RL)
             cells.append(f"{time.perf_counter() - t:6.2f}s {str(r)[:5]:5s}")
-        ctx = runner._ctx(rule, model)
+        ctx = rows.ctx_for(rule, model)
         t = time.perf_counter()
-        r, _ = solve._decide(lifecycle_step_query(ob, ctx), ctx, True, solve.Meter(runner.ROW_RL))
+        r, _ = solve.decide(lifecycle_step_query(ob, ctx), ctx, True, solve.Meter(runner.ROW_RL))
         print(f"{name:24s} {rule:10s} {model:9s} " + " ".join(cells) + f"  {time.perf_counter() - t:6.2f}s {r}")
     _ = z3
     split_strategies()
@@ -83,7 +83,7 @@ def depth_first(assertions: list, ctx, lifecycle: bool, meter):
 
 def _queries(name: str, rule: str, model: str):
     ob = OBLIGATIONS[name]
-    ctx = runner._ctx(rule, model)
+    ctx = rows.ctx_for(rule, model)
     if ob.kind == "static":
         return ctx, False, ob.queries(ctx)
     return ctx, True, [lifecycle_step_query(ob, ctx)]
@@ -95,7 +95,7 @@ def split_strategies() -> None:
     tot_new = tot_old = 0.0
     for name, rule, model in SLOW_ROWS:
         times = []
-        for strategy in (solve._solve_cases, depth_first):
+        for strategy in (solve.solve_cases, depth_first):
             ctx, lifecycle, qs = _queries(name, rule, model)
             t = time.perf_counter()
             verdicts = [str(strategy(q.premise + [q.violation], ctx, lifecycle,

@@ -41,7 +41,7 @@ from typing import Sequence
 import deal
 
 from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the default mode)
-from kvreach.params import ParamError, _need_int, cdiv
+from kvreach.params import ParamError, need_int, cdiv
 
 
 # The lookup variants: ``get_sliding_window_size_in_chunks`` as vLLM 0.33.0
@@ -97,11 +97,11 @@ class LookupGroup:
     padded_initial_window: bool = True
 
     def __post_init__(self) -> None:
-        _need_int("block_tokens", self.block_tokens, 1)
-        _need_int("blocks_per_chunk", self.blocks_per_chunk, 1)
+        need_int("block_tokens", self.block_tokens, 1)
+        need_int("blocks_per_chunk", self.blocks_per_chunk, 1)
         if self.window_tokens is not None:
-            _need_int("window_tokens", self.window_tokens, 1)
-        _need_int("extra_retained_tokens", self.extra_retained_tokens, 0)
+            need_int("window_tokens", self.window_tokens, 1)
+        need_int("extra_retained_tokens", self.extra_retained_tokens, 0)
         if self.window_tokens is None and self.extra_retained_tokens:
             raise ParamError("extra_retained_tokens", self.extra_retained_tokens,
                              "0 for a full-attention group (a SlidingWindowSpec field)")
@@ -182,16 +182,16 @@ class LaterRequest:
     hash_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
-        _need_int("num_tokens", self.num_tokens, 1)
-        _need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
-        _need_int("local_hit_tokens", self.local_hit_tokens, 0)
+        need_int("num_tokens", self.num_tokens, 1)
+        need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
+        need_int("local_hit_tokens", self.local_hit_tokens, 0)
         if self.local_hit_tokens > self.num_tokens:
             raise ParamError("local_hit_tokens", self.local_hit_tokens,
                              f"at most num_tokens ({self.num_tokens})")
         if self.max_load_tokens is not None:
-            _need_int("max_load_tokens", self.max_load_tokens, 0)
+            need_int("max_load_tokens", self.max_load_tokens, 0)
         if self.max_num_new_tokens is not None:
-            _need_int("max_num_new_tokens", self.max_num_new_tokens, 0)
+            need_int("max_num_new_tokens", self.max_num_new_tokens, 0)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _need_int(name: str, value: object, minimum: int) -> None:
+def need_int(name: str, value: object, minimum: int) -> None:
     """Refuse ``value`` for parameter ``name`` unless it is an integer (not a
     bool) of at least ``minimum``: the one check of every integer parameter
     (here and in ``kvreach.impl.lookup``)."""
@@ -140,15 +140,15 @@ class GroupConfig:
     lookahead_hashes: bool = False
 
     def __post_init__(self) -> None:
-        _need_int("block_size", self.block_size, 1)
-        _need_int("window", self.window, 1)
-        _need_int("extra_retained_tokens", self.extra_retained_tokens, 0)
+        need_int("block_size", self.block_size, 1)
+        need_int("window", self.window, 1)
+        need_int("extra_retained_tokens", self.extra_retained_tokens, 0)
         if self.alignment_tokens is not None:
-            _need_int("alignment_tokens", self.alignment_tokens, 1)
-        _need_int("blocks_per_chunk", self.blocks_per_chunk, 1)
-        _need_int("dcp_world_size", self.dcp_world_size, 1)
+            need_int("alignment_tokens", self.alignment_tokens, 1)
+        need_int("blocks_per_chunk", self.blocks_per_chunk, 1)
+        need_int("dcp_world_size", self.dcp_world_size, 1)
         if self.retention_interval is not None:
-            _need_int("retention_interval", self.retention_interval, 0)
+            need_int("retention_interval", self.retention_interval, 0)
             if self.retention_interval % self.chunk_tokens != 0:
                 # SchedulerOffloadConfig.from_spec raises the same ValueError.
                 raise ParamError(
@@ -287,11 +287,11 @@ class RequestConfig:
     tokens_per_hash: int = 1
 
     def __post_init__(self) -> None:
-        _need_int("prompt_tokens", self.prompt_tokens, 1)
+        need_int("prompt_tokens", self.prompt_tokens, 1)
         if self.max_offload_tokens is not None:
-            _need_int("max_offload_tokens", self.max_offload_tokens, 0)
-        _need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
-        _need_int("tokens_per_hash", self.tokens_per_hash, 1)
+            need_int("max_offload_tokens", self.max_offload_tokens, 0)
+        need_int("hash_lookahead_tokens", self.hash_lookahead_tokens, 0)
+        need_int("tokens_per_hash", self.tokens_per_hash, 1)
 
     @property
     def prompt_offloadable_tokens(self) -> int:

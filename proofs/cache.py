@@ -6,7 +6,7 @@ the check's resource limit (``rlimit``), as verification tools keep one
 What is trusted: an ``unsat`` or an ``unknown`` answer, with the resources
 the check spent, only on an identical key (a check's answer and its
 resource count are a function of the query text, the limit and the Z3
-version: :func:`kvreach.proofs.solve._solve`). A ``sat`` answer is never
+version: :func:`kvreach.proofs.solve.check_terms`). A ``sat`` answer is never
 taken from the cache: the query is solved again (a model is needed anyway
 to decode a counterexample, and the sat checks are the cheap ones), so a
 counterexample is always re-checked by the solver. An entry that does not

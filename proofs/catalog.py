@@ -20,7 +20,7 @@ from kvreach.params import RULES
 from kvreach.proofs.framework import Role
 from kvreach.proofs import obligations, versions
 from kvreach.proofs.obligations import OBLIGATIONS
-from kvreach.proofs.runner import expected_rows, expected_table, rows_for
+from kvreach.proofs.rows import expected_rows, expected_table, rows_for
 
 RESULTS = "docs/proof-results.json"
 PAGE = "docs/proofs.md"

@@ -36,47 +36,9 @@ VACUITY_RL = 100_000_000  # the premises' case split (non-vacuity)
 ROW_RL = 200_000_000  # all of a row's checks but its mutant's (those: as much again)
 BMC_DEPTHS = (1, 2, 3)
 
-# The lifecycle obligations whose queries (step, lemmas, base case; not BMC) have
-# their arithmetic if-then-else terms named (proofs/flatten.py: the same
-# queries). Chosen by measurement, per obligation: named, Z3's preprocessing
-# spent 0.05 M units instead of 9.1 M on exactly-once-incarnation's lemma
-# (vllm-0.29), exactly-once-restarts 13.7 M -> 1.5 M (vllm-0.33); but the
-# world "single" invariant's step 2.0 M -> 9.1 M and
-# computed-before-stored-restarts (vllm-0.33) exhausted its 200 M budget, so
-# those stay as written.
-NAMED_ITES = frozenset({"exactly-once-incarnation", "exactly-once-restarts", "refused-retried"})
-
-# The obligations whose BMC counterexample searches (``runner.find_counterexample``)
-# are named the same way. Their models are decoded and replayed on vLLM's
-# scheduler (tests/vllm), and a named query finds other models than the
-# written one (the same Z3 search on other terms), so a named search first
-# looks for a trace in the shape the replay runs (``Obligation.named_shapes``)
-# and each obligation here had its rows' counterexamples replayed again.
-# exactly-once-restarts: 4.1 M -> 0.52 M (vllm-0.29), 6.5 M -> 1.1 M
-# (0.30.0-0.32.0), 5.4 M -> 0.55 M (vllm-0.33), 5.7 M -> 0.19 M (lookup-window)
-# units per search; its kept-cursor rows (vllm-0.29, 0.30.0-0.32.0) still find
-# the loaded start the kept cursor needs. Not named: soundness (vllm-0.33 /
-# intended 12.1 M -> 1.3 M, but its counterexample is then another EAGLE tail,
-# one vLLM's later lookups do not load, and the replay reads that), completeness
-# (vllm-0.29 2.1 M -> 0.85 M, but the named search finds an alignment no
-# full-attention group gives, then with a real one and the scheduler's cut a
-# finish store vLLM 0.33.0's bookkeeping does not make), computed-before-stored-restarts
-# (1.2 M -> 3.3 M), hit-preservation (vllm-0.29 1.5 M -> 1.9 M).
-NAMED_BMC = frozenset({"exactly-once-restarts"})
-
-# The obligations whose mutant checks (``runner.run_mutant``: the BMC search
-# or the query with the mutant planted) are named the same way. A mutant's
-# model is only ever "sat" (the mutant is rejected), never decoded nor
-# replayed, so a different model changes nothing reported. Chosen by
-# measurement (units per mutant, counted in each of the obligation's rows):
-# refused-retried 8.9 M -> 4.8 M, exactly-once-restarts 6.2 M -> 0.32 M,
-# soundness 0.72 M -> 0.10 M, exactly-once-incarnation 76 K -> 56 K; named,
-# invariant's went 0.37 M -> 0.82 M, chunk-mask-closed-form's 12 K -> 94 K,
-# computed-before-stored(-restarts)' and completeness' grew too, most
-# static ones did not move (their queries are named already or have no
-# arithmetic if-then-else).
-NAMED_MUTANTS = frozenset({"soundness", "exactly-once-incarnation", "exactly-once-restarts",
-                           "refused-retried"})
+# Which obligations' queries have their arithmetic if-then-else terms named
+# (proofs/flatten.py) is each obligation's own (``Obligation.named_ites``,
+# ``named_bmc``, ``named_mutant``), measured per obligation.
 
 # The lookup obligations' later request: the full-attention group's EAGLE
 # flag (``spec.lookup.LookupSym.full_eagle``: from 0.30.0 an EAGLE group of

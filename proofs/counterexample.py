@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvreach.proofs import runner
+from kvreach.proofs import rows, runner
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 
 
@@ -51,11 +51,11 @@ def vllm_group(obligation: str, rule: str, load_model: str, vllm: str | None) ->
     from kvreach.proofs.matrix import check_vllm
 
     if vllm is None:
-        return runner.default_vllm(obligation, rule)
+        return rows.default_vllm(obligation, rule)
     check_vllm(vllm)
-    for _, _, _, g in runner.rows_for(obligation, rule, load_model, vllm):
+    for _, _, _, g in rows.rows_for(obligation, rule, load_model, vllm):
         return g
-    have = [g for _, _, _, g in runner.rows_for(obligation, rule, load_model)]
+    have = [g for _, _, _, g in rows.rows_for(obligation, rule, load_model)]
     raise ParamError("vllm", vllm, f"a release with a row of '{obligation}' under rule {rule}: "
                      + " or ".join(have))
 
@@ -82,7 +82,7 @@ def search(obligation: str, rule: str | None, load_model: str | None,
     ob = OBLIGATIONS[obligation]
     r, m = row_key(obligation, rule, load_model)
     group = vllm_group(obligation, r, m, vllm)
-    ctx = runner._ctx(r, m)  # the runner's concrete rule and model for "any"
+    ctx = rows.ctx_for(r, m)  # the runner's concrete rule and model for "any"
     s = Search(obligation, r, m, ctx.rule, ctx.model, vllm=group)
     row = runner.run_row(obligation, r, m, _Invariants(), group)
     s.verdict, s.detail, s.counterexample = row.verdict, row.detail, row.counterexample

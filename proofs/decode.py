@@ -81,45 +81,32 @@ def later_lookup_of(trace: Trace, cex: dict):
                         parts=lookup_parts_of(cex["lookup_groups"]))
 
 
-def violation_in(trace: Trace, obligation: str, model: str, cex: dict | None = None,
-                 witness=None) -> list[int]:
-    """Chunks witnessing ``obligation``'s violation in a concrete trace;
-    ``witness``: the obligation's own replay of a decoded counterexample
-    (``Obligation.witness``: world (b)'s, load-reads-checked's), which comes
-    first where it is given."""
-    if cex is not None and cex.get("world") == "vllm":
-        return vllm_violation(trace, obligation, GroupConfig(**cex["config"]["group"]))
-    if witness is not None:
-        return witness(cex)
-    if obligation.startswith("no-waste"):  # and its lookup variant's row
-        return unloaded_kept_chunk(cex)
-    if trace is None:  # a static obligation with no store trace (lookup-monotone)
-        return []
-    stored = list(trace.stored)
-    if obligation.startswith("hit-preservation"):  # and the lookup variant's rows
-        r = later_lookup_of(trace, cex)
-        span = lambda rg: [rg.start, rg.stop] if len(rg) else []  # noqa: E731
-        cex["later_lookup"] = {"hit_tokens": r.rule.hit_tokens,
-                               "dense_hit_tokens": r.dense.hit_tokens,
-                               "missing_chunks": list(r.missing[-1]),
-                               # the SWA group's runs: loaded with the rule's stores, with dense
-                               "loaded": span(r.rule.loaded[-1]),
-                               "dense_loaded": span(r.dense.loaded[-1])}
-        lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
-        return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
-    if obligation == "soundness":
-        return sorted(set(stored) - trace.wanted(model))
-    if obligation == "completeness":
-        computed = trace.computed_tokens // trace.group.chunk_tokens
-        return sorted(c for c in trace.needed(model) - set(stored) if c < computed)
-    if obligation == "exactly-once":
-        return sorted({c for c in stored if stored.count(c) > 1})
-    if obligation == "computed-before-stored":
-        C = trace.group.chunk_tokens
-        return sorted(
-            c for st in trace.steps for c in st.submitted if (c + 1) * C > st.num_computed_tokens
-        )
+def violation_in(trace, ob, model: str, cex: dict | None = None) -> list[int]:
+    """Chunks witnessing the obligation ``ob``'s violation (its record's
+    ``witness`` of the decoded counterexample, else its ``trace_witness`` of
+    the replayed trace); [] if neither shows it."""
+    if ob.witness is not None:
+        return ob.witness(cex)
+    if ob.trace_witness is not None and trace is not None:
+        return ob.trace_witness(trace, model, cex)
     return []
+
+
+def lost_hit_chunks(trace: Trace, model: str, cex: dict) -> list[int]:
+    """The hit-preservation witness: the decoded later request's lookup
+    against the replayed stores and dense ones (recorded in
+    ``cex["later_lookup"]``); the chunks missing from its run and the
+    decoded chunk if its hit is shorter than dense, else []."""
+    r = later_lookup_of(trace, cex)
+    span = lambda rg: [rg.start, rg.stop] if len(rg) else []  # noqa: E731
+    cex["later_lookup"] = {"hit_tokens": r.rule.hit_tokens,
+                           "dense_hit_tokens": r.dense.hit_tokens,
+                           "missing_chunks": list(r.missing[-1]),
+                           # the SWA group's runs: loaded with the rule's stores, with dense
+                           "loaded": span(r.rule.loaded[-1]),
+                           "dense_loaded": span(r.dense.loaded[-1])}
+    lost = (r.dense.hit_tokens or 0) > (r.rule.hit_tokens or 0)
+    return sorted(set(r.missing[-1]) | {cex["chunk"]}) if lost else []
 
 
 def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
@@ -213,35 +200,6 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
                          for x in steps]
         out["_trace"] = steps
     return out
-
-
-def vllm_violation(steps, obligation: str, g: GroupConfig) -> list[int]:
-    """Chunks witnessing a world-"vllm" obligation's violation in a replayed
-    ``run_vllm`` trace."""
-    if obligation == "exactly-once-incarnation":  # accepted, then offered again
-        accepted: set = set()
-        out: set = set()
-        inc = None
-        for x in steps:
-            if x.incarnation != inc:
-                accepted, inc = set(), x.incarnation
-            out |= set(x.offered) & accepted
-            accepted |= set(x.submitted)
-        return sorted(out)
-    if obligation == "exactly-once-restarts":
-        seen, twice = set(), set()
-        for x in steps:
-            for c in x.submitted:
-                (twice if c in seen else seen).add(c)
-        return sorted(twice)
-    if obligation == "computed-before-stored-restarts":
-        return sorted({c for x in steps for c in x.submitted
-                       if (c + 1) * g.chunk_tokens > x.f_after})
-    if obligation == "refused-retried":
-        return sorted({c for x in steps if x.step.outcome == "refused"
-                       and x.step.kind not in ("finish", "abort")
-                       for c in x.offered if x.cursor_after > c})
-    return []
 
 
 def unloaded_kept_chunk(cex: dict) -> list[int]:

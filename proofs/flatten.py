@@ -1,7 +1,7 @@
 """Queries with their arithmetic if-then-else terms named: the same query,
 cheaper for the solver's preprocessing.
 
-The spec's terms nest ``z3.If`` deeply (``_min`` / ``_max``, the lookup's
+The spec's terms nest ``z3.If`` deeply (``z3_min`` / ``z3_max``, the lookup's
 token caps, the scan's ``last_break`` chains). Z3's ``ctx-simplify`` tactic
 (the solver of :mod:`kvreach.proofs.solve`) walks such a term once per
 context it occurs in, and on the lookup queries it spent over 90% of a

@@ -153,7 +153,7 @@ class Obligation:
     replayable: Callable | None = None
     # (ctx, states, steps) -> [[Bool]], a lifecycle obligation's traces in shapes vLLM's
     # scheduler replays (tests/vllm): a named counterexample search
-    # (``config.NAMED_BMC``), whose model is not the written query's, tries
+    # (``named_bmc``), whose model is not the written query's, tries
     # those shapes first, in order (the verdict never depends on them)
     named_shapes: Callable | None = None
     bounds: dict = field(default_factory=dict)  # the bounds its scope states (proofs/config.py)
@@ -168,10 +168,47 @@ class Obligation:
     witness: Callable | None = None
     # its counterexample on vLLM's real scheduler (None: no replay there)
     vllm_replay: Replay | None = None
+    # (trace, load model, cex) -> the chunks witnessing the violation in the
+    # decoded counterexample's replay through the executable rule (the trace
+    # of ``impl.lifecycle.run``, world "vllm": the steps of ``run_vllm``);
+    # [] if the replay does not show it. ``witness``, where given, comes first.
+    trace_witness: Callable | None = None
     # a static obligation whose counterexample is a chunk set at one horizon,
     # drawn by ``kvreach counterexample --plot`` (lifecycle ones of world
     # "single" always are)
     chunk_map: bool = False
+    # The solver-naming flags: the queries whose arithmetic if-then-else terms
+    # are named (``proofs/flatten.py``: the same query, other terms for Z3's
+    # preprocessing). Chosen by measurement per obligation (the numbers are
+    # at each obligation that sets one); the verdict never depends on them.
+    # ``named_ites``: its step, lemma and base-case queries (never BMC: those
+    # models are the decoded counterexamples vLLM's scheduler replays).
+    # Measured and left off: the world "single" invariant's step (2.0 M ->
+    # 9.1 M units), computed-before-stored-restarts (vllm-0.33: exhausted its
+    # 200 M budget).
+    named_ites: bool = False
+    # ``named_bmc``: its rows' BMC counterexample searches
+    # (``search.find_counterexample``). A named query finds other models than
+    # the written one, so a named search first looks for a trace in the shape
+    # the replay runs (``named_shapes``), and an obligation with it had its
+    # rows' counterexamples replayed on vLLM again. Measured and left off:
+    # soundness (vllm-0.33 / intended 12.1 M -> 1.3 M, but its counterexample
+    # is then another EAGLE tail, one vLLM's later lookups do not load, and
+    # the replay reads that), completeness (vllm-0.29 2.1 M -> 0.85 M, but the
+    # named search finds an alignment no full-attention group gives, then with
+    # a real one and the scheduler's cut a finish store vLLM 0.33.0's
+    # bookkeeping does not make), computed-before-stored-restarts (1.2 M ->
+    # 3.3 M), hit-preservation (vllm-0.29 1.5 M -> 1.9 M).
+    named_bmc: bool = False
+    # ``named_mutant``: its mutant checks (``mutant_check.run_mutant``: the BMC
+    # search or the query with the mutant planted). A mutant's model is only
+    # ever "sat" (the mutant rejected), never decoded nor replayed, so a
+    # different model changes nothing reported. Measured and left off (units
+    # per mutant grew named): invariant's 0.37 M -> 0.82 M,
+    # chunk-mask-closed-form's 12 K -> 94 K, computed-before-stored(-restarts)'
+    # and completeness'; most static ones did not move (their queries are
+    # named already or have no arithmetic if-then-else).
+    named_mutant: bool = False
 
     def __post_init__(self) -> None:
         assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay

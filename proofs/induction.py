@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import z3
 
-from kvreach.proofs.config import NAMED_ITES
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Obligation, Query
 from kvreach.spec.lifecycle import K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State, init, invariant, transition
@@ -49,12 +48,12 @@ def _vllm_step(ob: Obligation, ctx: Ctx):
 def _named(ob: Obligation | None, q: Query) -> Query:
     """The query with its arithmetic if-then-else terms named
     (``proofs/flatten.py``: the same query) for the obligations of
-    :data:`NAMED_ITES`, as it is otherwise. Not :func:`bmc_query`'s: its
+    ``Obligation.named_ites``, as it is otherwise. Not :func:`bmc_query`'s: its
     models are the decoded counterexamples, which vLLM's scheduler replays
     (a named one of exactly-once-restarts found a trace with a step kind
     the replay cannot run); the runner's counterexample search names them
-    where ``config.NAMED_BMC`` says, in a shape the replay runs first."""
-    return flat_query(q) if ob is not None and ob.name in NAMED_ITES else q
+    where ``Obligation.named_bmc`` says, in a shape the replay runs first."""
+    return flat_query(q) if ob is not None and ob.named_ites else q
 
 
 def _step_lemmas(ob: Obligation, ctx: Ctx, pre, tr, post) -> list:

@@ -59,7 +59,7 @@ from kvreach.proofs.framework import Ctx, Query
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.lookup_groups import lookup_groups_of, lookup_parts_of
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
-from kvreach.spec.config import _max, _min
+from kvreach.spec.config import z3_max, z3_min
 
 NAME = "hit-preservation-neighbours"
 WORLD = "neighbours"
@@ -94,7 +94,7 @@ def ultrametric(t: dict) -> list:
     out = []
     for a, b, c in itertools.combinations(range(NEIGHBOURS_REQUESTS + 1), 3):
         x, y, z = shared(t, a, b), shared(t, a, c), shared(t, b, c)
-        out += [x >= _min(y, z), y >= _min(x, z), z >= _min(x, y)]
+        out += [x >= z3_min(y, z), y >= z3_min(x, z), z >= z3_min(x, y)]
     return out
 
 
@@ -123,7 +123,7 @@ def _queries(ctx: Ctx) -> list[Query]:
         prem += [N >= s_i.P, 0 <= off, off <= N, z3.Implies(s_i.prompt_only, off <= s_i.P),
                  z3.Implies(s_i.has_max, off <= s_i.max_off),
                  0 <= D, D <= lk.num_tokens, D <= N]
-        seen.append(_min(D, off))
+        seen.append(z3_min(D, off))
     for (i, j), d in t["d"].items():
         prem += [d >= 0, d <= t["tokens"][i], d <= t["tokens"][j]]
     prem += ultrametric(t)
@@ -135,7 +135,7 @@ def _queries(ctx: Ctx) -> list[Query]:
 
     top = seen[0]  # the union of dense stores: a prefix per group
     for x in seen[1:]:
-        top = _max(top, x)
+        top = z3_max(top, x)
     dense = lookup(lk, prefix_keys(z3.If(lk.has_full, top / Cf, 0), top / C))
     prem += dense.side
     ctx.nb_terms = dict(t, dense=dense)

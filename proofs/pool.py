@@ -21,7 +21,8 @@ from kvreach.proofs import cache
 from kvreach.proofs.config import measured_rlimits
 from kvreach.proofs.framework import Role
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS, run_order
-from kvreach.proofs.runner import Row, _rest_on, cached_row, expected_table, rows_for, run_row
+from kvreach.proofs.rows import Row, expected_table, rows_for
+from kvreach.proofs.runner import cached_row, rest_on, run_row
 
 
 def _worker_init(parent_pid: int) -> None:
@@ -62,7 +63,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     rules = RULES if rule is None else (rule,)
     # Lifecycle proofs rest on their rule's invariant. Every row runs at once,
     # as if each invariant held; a proof whose invariant then fails is
-    # reported unknown (_rest_on), so no row waits for the invariant rows.
+    # reported unknown (rest_on), so no row waits for the invariant rows.
     # only the invariants a selected row needs (or that are selected)
     needed = {r for name, r, _, _ in todo
               if (OBLIGATIONS[name].rests_on_invariant or OBLIGATIONS[name].role is Role.INVARIANT)
@@ -121,7 +122,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
                     progress(row)
                 yield row
         for row in results:
-            _rest_on(row, invariant_ok)
+            rest_on(row, invariant_ok)
             row.expected = table.get(row.key, "?")
             if progress:
                 progress(row)

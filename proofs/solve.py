@@ -4,7 +4,7 @@ and the case splits of a query.
 Every check is bounded by a Z3 resource limit (``rlimit``), never by wall
 time, and runs in a fresh context from the query's SMT-LIB text, so its
 answer and the resources it spends are a function of the query and the Z3
-version (:func:`_solve`). A :class:`Meter` holds what a row has spent and may
+version (:func:`check_terms`). A :class:`Meter` holds what a row has spent and may
 still spend. This module keeps the process's solver time and the result
 cache's counts (``proofs/cache.py``); the row verdicts built on it are
 :mod:`kvreach.proofs.runner`'s.
@@ -117,7 +117,7 @@ _assertion_text: dict[int, tuple] = {}
 _ASSERTION_TEXTS = 20_000
 
 
-def _solve(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None):
+def check_terms(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = None):
     """-> (z3.sat|z3.unsat|z3.unknown, model or None). One check bounded by
     ``rlimit`` Z3 resource units (less if ``meter`` has less left).
 
@@ -174,7 +174,7 @@ def _model_pins(m) -> str:
     return "\n".join(out)
 
 
-def _still_sat(text: str, limit: int, pins: str) -> bool:
+def still_sat(text: str, limit: int, pins: str) -> bool:
     """The kept model (``pins``) still satisfies the query: checked with its
     values fixed (cheap), else the query is solved again."""
     for query in ((text + "\n" + pins) if pins else None, text):
@@ -202,7 +202,7 @@ def _solve_split(assertions: list, splits: list, meter: Meter):
     a short try at each inner node (``NODE_RL``: a split is cheaper than
     waiting), a long one where no split is left (``LEAF_RL``), all within
     what is left of the ``meter``'s total."""
-    r, m = _solve(assertions, NODE_RL if splits else LEAF_RL, meter)
+    r, m = check_terms(assertions, NODE_RL if splits else LEAF_RL, meter)
     if r != z3.unknown or not splits:
         return r, m
     head, rest = splits[0], splits[1:]
@@ -213,13 +213,13 @@ def _solve_split(assertions: list, splits: list, meter: Meter):
     return z3.unsat, None
 
 
-def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
+def solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
     """-> (z3.sat|z3.unsat|z3.unknown, model): a short try of the whole query
     (``ROOT_RL``), then every leaf of :func:`_cube` (with :func:`_splits`
     below it). unsat only if every leaf is unsat; the first sat leaf's model
     otherwise. Every check draws on ``meter`` (an exhausted total leaves the
     remaining leaves ``unknown``)."""
-    r, m = _solve(assertions, ROOT_RL, meter)
+    r, m = check_terms(assertions, ROOT_RL, meter)
     if r != z3.unknown:
         return r, m
     verdict = z3.unsat
@@ -232,17 +232,17 @@ def _solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
     return verdict, None
 
 
-def _decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter):
+def decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter):
     """The query's verdict, case split, within ``CASES_RL`` resources (and
     what the row's ``meter`` has left)."""
     sub = Meter(CASES_RL if meter.left() is None else min(CASES_RL, meter.left()))
     try:
-        return _solve_cases(q.premise + [q.violation], ctx, lifecycle, sub)
+        return solve_cases(q.premise + [q.violation], ctx, lifecycle, sub)
     finally:
-        _charge(meter, sub)
+        charge(meter, sub)
 
 
-def _charge(meter: Meter, sub: Meter) -> None:
+def charge(meter: Meter, sub: Meter) -> None:
     meter.used += sub.used
     meter.checks += sub.checks
     meter.exhausted += sub.exhausted

@@ -361,17 +361,17 @@ def f6_counterexamples() -> list[tuple[str, str, dict]]:
     """Every geometry's counterexample of both obligations for vllm-0.33, as
     kvreach's runner decodes it (what ``kvreach counterexample ...
     --replay-vllm`` and tests/vllm replay). -> (obligation, geometry, cex)."""
-    from kvreach.proofs import runner
+    from kvreach.proofs import search
     from kvreach.proofs.geometries import GEOMETRIES
     from kvreach.proofs.neighbours import _geometries
 
     out = []
     for g in GEOMETRIES:
-        _, cex = runner.find_counterexample(WORLD_A[0], WORLD_A[1], "any", geometry=g)
+        _, cex = search.find_counterexample(WORLD_A[0], WORLD_A[1], "any", geometry=g)
         if cex is not None:
             out.append((WORLD_A[0], g.name, cex))
     for g in _geometries():
-        cex = runner.static_counterexample(WORLD_B[0], WORLD_B[1], "any", g)
+        cex = search.static_counterexample(WORLD_B[0], WORLD_B[1], "any", g)
         if cex is not None:
             out.append((WORLD_B[0], g.name, cex))
     return out

@@ -111,9 +111,9 @@ class SymConfig:
 
     def offloadable(self, tokens, num_tokens) -> z3.ArithRef:
         """``_calc_num_offloadable_tokens``."""
-        n = _min(tokens, num_tokens)
-        n = z3.If(self.has_max, _min(n, self.max_off), n)
-        return z3.If(self.prompt_only, _min(n, self.P), n)
+        n = z3_min(tokens, num_tokens)
+        n = z3.If(self.has_max, z3_min(n, self.max_off), n)
+        return z3.If(self.prompt_only, z3_min(n, self.P), n)
 
     @property
     def replay_boundary(self) -> z3.ArithRef:
@@ -165,11 +165,11 @@ class SymConfig:
         return z3.And(eqs)
 
 
-def _min(a, b):
+def z3_min(a, b):
     return z3.If(a <= b, a, b)
 
 
-def _max(a, b):
+def z3_max(a, b):
     return z3.If(a >= b, a, b)
 
 

@@ -43,7 +43,7 @@ from typing import Callable
 import z3
 
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
-from kvreach.spec.config import SymConfig, _max
+from kvreach.spec.config import SymConfig, z3_max
 from kvreach.spec.rules import (
     RULES, STATIC_KEEP, final_segment_end, finish_tokens, storable_chunks,
 )
@@ -475,7 +475,7 @@ def cursor_of(s: SymConfig, rule: str, f) -> z3.ArithRef:
     """The cursor after the step that reached frontier ``f`` (not ended)."""
     n_running = storable_chunks(s, rule, s.offloadable(f, z3.If(f <= s.P, s.P, f)), False)
     n_prompt = storable_chunks(s, rule, s.prompt_offloadable, False)
-    return z3.If(f == 0, 0, z3.If(f <= s.P, n_running, _max(n_prompt, n_running)))
+    return z3.If(f == 0, 0, z3.If(f <= s.P, n_running, z3_max(n_prompt, n_running)))
 
 
 def invariant(s: SymConfig, rule: str, st: State, c) -> z3.BoolRef:

@@ -35,14 +35,14 @@ from __future__ import annotations
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.spec.config import SymConfig, _max
+from kvreach.spec.config import SymConfig, z3_max
 
 MODELS = ("aligned", "intended")
 
 
 def requested_blocks(s: SymConfig, L):
     """``[lo, hi)`` blocks requested by a hit at block boundary ``L``."""
-    return _max(0, L - s.need0), L + s.shift
+    return z3_max(0, L - s.need0), L + s.shift
 
 
 def chunk_requested(s: SymConfig, c, L) -> z3.BoolRef:

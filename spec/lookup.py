@@ -74,7 +74,7 @@ from typing import Callable
 import z3
 
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
-from kvreach.spec.config import SymConfig, _max, _min
+from kvreach.spec.config import SymConfig, z3_max, z3_min
 
 Pred = Callable[[z3.ArithRef], z3.BoolRef]
 
@@ -114,8 +114,8 @@ def window_chunks(W, extra, C, variant: str = "vllm-0.33",
     if not release.lookup_window_extra:
         return cdiv(W, C)
     if variant == "read-window":
-        return _max(1, cdiv(W - 1 + extra, C))
-    return _max(cdiv(W, C), cdiv(W - 1 + extra, C))
+        return z3_max(1, cdiv(W - 1 + extra, C))
+    return z3_max(cdiv(W, C), cdiv(W - 1 + extra, C))
 
 
 def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-0.33",
@@ -127,9 +127,9 @@ def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-0
     if not release.padded_initial_window:
         return window_chunks(W, extra, C, variant, release)
     if not release.lookup_window_extra:
-        return _max(window_chunks(W, extra, C, variant, release),
+        return z3_max(window_chunks(W, extra, C, variant, release),
                     cdiv(W - 1 + (-candidate_end_tokens) % C, C))
-    return _max(window_chunks(W, extra, C, variant),
+    return z3_max(window_chunks(W, extra, C, variant),
                 cdiv(W - 1 + extra + (-candidate_end_tokens) % C, C))
 
 
@@ -157,7 +157,7 @@ def run_qualifies(e, n, w, w0, breaks_at_e, some_break_in, reset_window_on_break
     """The scan can return ``e``: ``e == n`` or key ``e`` breaks the run, and
     no key of ``[max(0, e - run_length(e)), e)`` breaks it.
     ``some_break_in(lo, e)``: a break lies in ``[lo, e)``."""
-    lo = _max(0, e - run_length(e, n, w, w0, reset_window_on_break))
+    lo = z3_max(0, e - run_length(e, n, w, w0, reset_window_on_break))
     return z3.And(0 <= e, e <= n, z3.Or(e == n, breaks_at_e), z3.Not(some_break_in(lo, e)))
 
 
@@ -165,8 +165,8 @@ def prefix_scan_end(present_below, n, short_by: int = 0):
     """The scan's end when exactly the keys below ``present_below`` (relative)
     hit: ``min(n, max(0, present_below))`` (obligation ``lookup-prefix-scan``).
     ``short_by``: the mutant ending that many keys short (``max(0, end - k)``)."""
-    end = _min(n, _max(0, present_below))
-    return _max(0, end - short_by) if short_by else end
+    end = z3_min(n, z3_max(0, present_below))
+    return z3_max(0, end - short_by) if short_by else end
 
 
 def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
@@ -192,7 +192,7 @@ def scan_end(breaks: Pred, pending: Pred, retry: Pred, n, w, w0, bound: int,
         retry_from[i] = z3.Or(retry_from[i + 1], z3.And(i < n, retry(z3.IntVal(i))))
 
     def lo(e):
-        return _max(0, e - req(e))
+        return z3_max(0, e - req(e))
 
     def qualifies(e: int):
         return run_qualifies(e, n, w, w0, breaks(z3.IntVal(e)),
@@ -242,7 +242,7 @@ def prefix_end(hit: Pred, start, stop, bound: int, prefix: str = "prefix") -> tu
     """``_maximal_prefix_lookup`` over keys ``[start, stop)`` (HIT / MISS):
     the first missing chunk at or after ``start``, or ``stop``."""
     p = z3.Int(prefix + "_end")
-    stop = _max(start, stop)
+    stop = z3_max(start, stop)
     side = [start <= p, p <= stop,
             forall_in(start, p, hit, bound),
             z3.Or(p == stop, z3.Not(hit(p)))]
@@ -359,7 +359,7 @@ def bounded_keys(full_hit: Pred, swa_hit: Pred, bound: int, prefix: str = "lk") 
         swa_scan=lambda start, n, w, w0: scan_end(
             lambda i: z3.Not(swa_hit(start + i)), lambda i: z3.BoolVal(False),
             lambda i: z3.BoolVal(False), n, w, w0, bound, prefix=prefix + "_swa"),
-        scope=lambda a, b, n: z3.And(n <= bound, _max(0, b - a) <= bound),
+        scope=lambda a, b, n: z3.And(n <= bound, z3_max(0, b - a) <= bound),
     )
 
 
@@ -368,7 +368,7 @@ def prefix_keys(full_chunks, swa_chunks) -> Keys:
     (what one request's dense stores, or a union of prefixes, give a later
     request): closed forms, no bound (obligation ``lookup-prefix-scan``)."""
     return Keys(
-        full_end=lambda a, b: (_max(a, _min(_max(a, b), full_chunks)), []),
+        full_end=lambda a, b: (z3_max(a, z3_min(z3_max(a, b), full_chunks)), []),
         swa_scan=lambda start, n, w, w0: ScanResult(
             prefix_scan_end(swa_chunks - start, n), z3.BoolVal(False), []),
         scope=lambda a, b, n: z3.BoolVal(True),
@@ -391,50 +391,50 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0,
     if r.swa_reduction_before_caps:
         # 0.34.0: the SWA -1 comes first; a tighter cap is not reduced
         m = T - 1
-        m = z3.If(s.has_max_load, _min(m, local + s.max_load_tokens), m) if max_load else m
+        m = z3.If(s.has_max_load, z3_min(m, local + s.max_load_tokens), m) if max_load else m
     else:
-        m = z3.If(s.has_max_load, _min(T, local + s.max_load_tokens), T) if max_load else T
+        m = z3.If(s.has_max_load, z3_min(T, local + s.max_load_tokens), T) if max_load else T
         m = m - 1  # an SWA group exists: the last prompt token is recomputed
     zero = []
     # full-attention group (prefix lookup)
-    m1 = _min(m, T / Cf * Cf)
+    m1 = z3_min(m, T / Cf * Cf)
     m1 = z3.If(s.has_max_load, m1 / Cf * Cf, m1) if max_load else m1
     f_start, f_stop = local / Cf, cdiv(m1, Cf)
     if s.full_eagle is not None and r.eagle_widening == "every group":
         # an unverified EAGLE group queries one chunk more (0.30.0 on)
-        f_stop = z3.If(s.full_eagle, _min(cdiv(_min(m1 + Cf, T / Cf * Cf), Cf), T / Cf), f_stop)
+        f_stop = z3.If(s.full_eagle, z3_min(cdiv(z3_min(m1 + Cf, T / Cf * Cf), Cf), T / Cf), f_stop)
     f_end, f_side = keys.full_end(f_start, f_stop)
     f_hit_end = f_end if s.full_eagle is None else f_end - z3.If(s.full_eagle, 1, 0)  # EAGLE pop
-    m2 = _min(m1, Cf * f_hit_end)
+    m2 = z3_min(m1, Cf * f_hit_end)
     zero.append(z3.And(s.has_full, z3.Or(m1 - local < Cf, f_end == f_start, m2 - local < Cf)))
     m2 = z3.If(s.has_full, m2, m)
     # SWA group (right-to-left scan), EAGLE pop
     n_keys = T / C
-    m3 = _min(m2, n_keys * C)
+    m3 = z3_min(m2, n_keys * C)
     m3 = z3.If(s.has_max_load, m3 / C * C, m3) if max_load else m3
-    query_max = z3.If(s.eagle, _min(m3 + C, n_keys * C), m3)
-    num_chunks = _min(cdiv(query_max, C), n_keys)
+    query_max = z3.If(s.eagle, z3_min(m3 + C, n_keys * C), m3)
+    num_chunks = z3_min(cdiv(query_max, C), n_keys)
     start = local / C
     w = window_chunks(s.W, s.extra, C, s.variant, r) + s.shift
-    w0 = load_window_chunks(s.W, s.extra, C, _min(m3, (num_chunks - s.shift) * C), s.variant,
+    w0 = load_window_chunks(s.W, s.extra, C, z3_min(m3, (num_chunks - s.shift) * C), s.variant,
                             r) + s.shift
     w0 = w0 + widen_initial_by
-    n = _max(0, num_chunks - start)
+    n = z3_max(0, num_chunks - start)
     scan = keys.swa_scan(start, n, w, w0)
-    m4 = _min(m3, C * (start + scan.end - s.shift))
+    m4 = z3_min(m3, C * (start + scan.end - s.shift))
     zero.append(z3.Or(m3 - local < C, scan.end == 0, m4 - local < C))
     hit = z3.If(z3.Or(zero), 0, m4 - local)
-    verified = (start + _max(0, scan.end - run_length(scan.end, n, w, w0)), start + scan.end)
+    verified = (start + z3_max(0, scan.end - run_length(scan.end, n, w, w0)), start + scan.end)
     # update_state_after_alloc: loaded chunk ranges (the same in every release:
     # get_num_skipped_tokens counts extra_retained_tokens from 0.29.0 on)
     total = local + hit
     B = s.B
-    skipped_blocks = _max(0, total - s.W + 1 - s.extra) / B
-    swa_start_block = _max(cdiv(local, B), skipped_blocks)
+    skipped_blocks = z3_max(0, total - s.W + 1 - s.extra) / B
+    swa_start_block = z3_max(cdiv(local, B), skipped_blocks)
     swa_loads = z3.And(hit > 0, swa_start_block < cdiv(total, B))
     swa_start_chunk = swa_start_block / s.bpc
     if load_early_by:
-        swa_start_chunk = _max(0, swa_start_chunk - load_early_by)
+        swa_start_chunk = z3_max(0, swa_start_chunk - load_early_by)
     swa_loaded = (z3.If(swa_loads, swa_start_chunk, 0), z3.If(swa_loads, cdiv(total, C), 0))
     full_loads = z3.And(s.has_full, hit > 0)
     full_loaded = (z3.If(full_loads, cdiv(local, s.full_block_tokens) / s.bpc, 0),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import z3
 
 from kvreach.params import RetentionMode
-from kvreach.spec.config import SymConfig, _max
+from kvreach.spec.config import SymConfig, z3_max
 
 
 def in_tail(s: SymConfig, i) -> z3.BoolRef:
@@ -29,7 +29,7 @@ def in_tail(s: SymConfig, i) -> z3.BoolRef:
 
 def final_tail_bounds(s: SymConfig, F):
     """``[max(F - F % per_segment, F - need), F)`` of the final partial segment."""
-    return _max(F - F % s.per_segment, F - s.need), F
+    return z3_max(F - F % s.per_segment, F - s.need), F
 
 
 def in_final_tail(s: SymConfig, i, F) -> z3.BoolRef:

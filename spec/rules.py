@@ -14,7 +14,7 @@ import z3
 
 from kvreach.params import RetentionMode
 from kvreach.spec import mask
-from kvreach.spec.config import SymConfig, _max, _min
+from kvreach.spec.config import SymConfig, z3_max, z3_min
 
 
 @dataclass
@@ -30,7 +30,7 @@ def storable_chunks(s: SymConfig, rule: str, offloadable, finished) -> z3.ArithR
     n = offloadable / s.C
     decoding = offloadable > s.P
     lifted = z3.BoolVal(False) if rule == "vllm-0.29" else finished
-    return z3.If(z3.And(s.eagle, decoding, z3.Not(lifted)), _max(0, n - 1), n)
+    return z3.If(z3.And(s.eagle, decoding, z3.Not(lifted)), z3_max(0, n - 1), n)
 
 
 def finish_tokens(s: SymConfig, rule: str, num_tokens, computed=None) -> z3.ArithRef:
@@ -41,8 +41,8 @@ def finish_tokens(s: SymConfig, rule: str, num_tokens, computed=None) -> z3.Arit
     ``num_computed_tokens >= P`` and ``num_tokens = num_computed_tokens + 1``,
     so the cap changes nothing there: only a request finished before its
     prompt is computed, ``FINISHED_ERROR``, differs)."""
-    t = num_tokens if rule == "vllm-0.29" else _max(s.P, num_tokens - 1)
-    return t if computed is None else _min(computed, t)
+    t = num_tokens if rule == "vllm-0.29" else z3_max(s.P, num_tokens - 1)
+    return t if computed is None else z3_min(computed, t)
 
 
 def no_final_segment(s: SymConfig) -> z3.BoolRef:
@@ -85,7 +85,7 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     reconsider = z3.And(
         finished, n != Hp, s.retention_mode == RetentionMode.NONE, s.has_align, z3.Not(s.eagle),
     )
-    start = z3.If(reconsider, _min(cursor, partial_segment_start(s, n)), cursor)
+    start = z3.If(reconsider, z3_min(cursor, partial_segment_start(s, n)), cursor)
     reach = z3.If(
         has_horizon,
         mask.chunk_reachable(s, c, horizon * bpc, boundaries=extra),
@@ -94,7 +94,7 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     skip = z3.And(reconsider, c < cursor, mask.chunk_reachable(s, c, Hp * bpc))
     submitted = z3.And(start <= c, c < n, z3.Not(skip), reach) if skip_stored else z3.And(
         start <= c, c < n, reach)
-    return StoreStep(submitted, _max(cursor, n), z3.BoolVal(True))
+    return StoreStep(submitted, z3_max(cursor, n), z3.BoolVal(True))
 
 
 def v029_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
@@ -102,7 +102,7 @@ def v029_store(s: SymConfig, cursor, n, finished, c, aux) -> StoreStep:
     the step's storable count is taken as the final horizon."""
     wc = aux["wc"]
     submitted = z3.And(cursor <= c, c < n, mask.v029_chunk_reachable(s, c, n, wc))
-    return StoreStep(submitted, _max(cursor, n), mask.v029_window_chunks(s, wc))
+    return StoreStep(submitted, z3_max(cursor, n), mask.v029_window_chunks(s, wc))
 
 
 def lookup_window_keep(s: SymConfig, c, short_by: int = 0, replay_short_by: int = 0) -> z3.BoolRef:
@@ -136,7 +136,7 @@ def lookup_window_store(s: SymConfig, cursor, n, finished, c, aux, short_by: int
     cursor moves to ``max(cursor, n)``. The keep decision does not depend on
     the step, so no horizon and no reconsideration."""
     submitted = z3.And(cursor <= c, c < n, lookup_window_keep(s, c, short_by))
-    return StoreStep(submitted, _max(cursor, n), z3.BoolVal(True))
+    return StoreStep(submitted, z3_max(cursor, n), z3.BoolVal(True))
 
 
 RULES = {"vllm-0.29": v029_store, "vllm-0.33": v033_store, "lookup-window": lookup_window_store}

@@ -206,9 +206,9 @@ def spec_element_users() -> dict[str, set[str]]:
     from kvreach.proofs import induction as O
     from kvreach.proofs.framework import Role
     from kvreach.proofs.obligations import OBLIGATIONS
-    from kvreach.proofs.runner import _ctx as _runner_ctx
+    from kvreach.proofs.rows import ctx_for as _runner_ctx
     from kvreach.proofs.matrix import representative
-    from kvreach.proofs.runner import rows_for
+    from kvreach.proofs.rows import rows_for
     from kvreach.spec.config import SymConfig
 
     users: dict[str, set[str]] = {}

@@ -75,12 +75,12 @@ def test_boolean_ite_and_ite_free_terms_are_kept():
 
 
 def test_lookup_row_queries_have_no_arithmetic_ite():
-    from kvreach.proofs import runner
+    from kvreach.proofs import rows
     from kvreach.proofs.obligations import OBLIGATIONS
 
     for name in ("lookup-monotone", "lookup-run-stored"):
         ob = OBLIGATIONS[name]
-        ctx = runner._ctx("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
+        ctx = rows.ctx_for("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
         ctx.pins = ob.grid[0].pins(ctx)
         for q in ob.queries(ctx):
             assert not any(_has_arith_ite(t) for t in q.premise + [q.violation]), name
@@ -102,33 +102,36 @@ def test_flat_terms_is_the_conjunction_named():
 
 
 def _checked_terms(monkeypatch):
-    """Every check's assertions the runner sends to the solver, in order."""
-    from kvreach.proofs import runner
+    """Every check's assertions the counterexample search and the mutant
+    check send to the solver, in order."""
+    from kvreach.proofs import mutant_check, search, solve
 
-    seen, real = [], runner._solve
+    seen, real = [], solve.check_terms
 
     def spy(terms, *a, **kw):
         seen.append(terms)
         return real(terms, *a, **kw)
 
-    monkeypatch.setattr(runner, "_solve", spy)
+    for module in (search, mutant_check):
+        monkeypatch.setattr(module, "check_terms", spy)
     return seen
 
 
 def test_named_mutant_checks_and_counterexample_search(monkeypatch):
-    """The mutant checks of ``config.NAMED_MUTANTS`` and the counterexample
-    search of ``config.NAMED_BMC`` are named (no arithmetic if-then-else
+    """The mutant checks of the obligations with ``named_mutant`` and the
+    counterexample search of those with ``named_bmc`` are named (no arithmetic if-then-else
     reaches the solver), the others as written; exactly-once-restarts'
     named search finds a trace of the step kinds vLLM's scheduler replays."""
-    from kvreach.proofs import config, runner
+    from kvreach.proofs import mutant_check, runner
+    from kvreach.proofs.obligations import OBLIGATIONS
     from kvreach.proofs.obligations.restarts import REPLAYED_KINDS
     from kvreach.spec.lifecycle import KINDS
 
-    assert "exactly-once-restarts" in config.NAMED_BMC
-    assert "completeness" not in config.NAMED_MUTANTS | config.NAMED_BMC
-    monkeypatch.setattr(runner, "_mutant_cache", {})
-    monkeypatch.setattr(runner, "_mutant_used", {})
-    monkeypatch.setattr(runner, "_mutant_sats", {})
+    assert OBLIGATIONS["exactly-once-restarts"].named_bmc
+    assert not (OBLIGATIONS["completeness"].named_mutant or OBLIGATIONS["completeness"].named_bmc)
+    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "_mutant_used", {})
+    monkeypatch.setattr(mutant_check, "_mutant_sats", {})
     seen = _checked_terms(monkeypatch)
     for name, named in (("exactly-once-restarts", True), ("completeness", False)):
         seen.clear()
@@ -180,7 +183,7 @@ def _same_terms(xs: list, ys: list) -> bool:
 
 def test_the_c_api_walk_builds_the_same_terms_as_the_term_object_walk():
     from kvreach.proofs.obligations import OBLIGATIONS
-    from kvreach.proofs.runner import _ctx
+    from kvreach.proofs.rows import ctx_for as _ctx
 
     x, y, r = z3.Int("x"), z3.Int("y"), z3.Real("r")
     q = z3.ForAll([x], z3.If(x > y, x, y) >= 0)  # under a quantifier: left whole
@@ -209,7 +212,7 @@ def test_the_c_api_walk_names_each_spec_ite_of_a_lookup_query_as_before(monkeypa
     from kvreach.proofs import flatten
     from kvreach.proofs.obligations import OBLIGATIONS
     from kvreach.proofs.obligations import lookup as lookup_obs
-    from kvreach.proofs.runner import _ctx
+    from kvreach.proofs.rows import ctx_for as _ctx
 
     raw = []
 

@@ -3,7 +3,7 @@ only what the lookup checked (docs/findings.md F11).
 
 Each release's query is built with ``Ctx(release=...)`` and solved per
 geometry of the obligation's grid, with the solver and budget the proof run
-uses (``proofs.solve._solve``, ``LEAF_RL``): 0.29.0 loads unchecked chunks in
+uses (``proofs.solve.check_terms``, ``LEAF_RL``): 0.29.0 loads unchecked chunks in
 F11's 0.29.0 geometry and wherever ``extra_retained_tokens`` > 0, 0.30.0 only
 there, and 0.31.0/0.32.0's query is 0.33.0's (the proof run's row proves
 it). Every counterexample is decoded and replayed through the twin under the
@@ -21,7 +21,7 @@ from kvreach.proofs.config import LEAF_RL
 from kvreach.proofs.framework import Ctx
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.obligations import lookup as ob_lookup
-from kvreach.proofs.solve import Meter, _smtlib, _solve
+from kvreach.proofs.solve import Meter, _smtlib, check_terms
 from kvreach.releases import V0_29_0, V0_30_0, V0_31_0, V0_33_0
 from kvreach.spec.config import SymConfig
 from kvreach.spec.evaluate import lookup_values
@@ -39,7 +39,7 @@ def _query(release, geometry, mutant=None):
 
 def _solve_query(release, geometry, mutant=None):
     ctx, q = _query(release, geometry, mutant)
-    r, m = _solve(q.premise + [q.violation], LEAF_RL, Meter())
+    r, m = check_terms(q.premise + [q.violation], LEAF_RL, Meter())
     return ctx, q, r, m
 
 

@@ -225,15 +225,16 @@ def test_hit_preserving_wastes_holds_only_where_the_window_is_one_past_chunks():
     a 16-token hit) and loads 5-8."""
     import z3
 
-    from kvreach.proofs import runner
+    from kvreach.proofs import rows
+    from kvreach.proofs import solve as proof_solve
     from kvreach.proofs.geometries import GEOMETRIES
     from kvreach.proofs.obligations.lookup import _hit_preserving_wastes
 
     def solve(name):
-        ctx = runner._ctx("any", "any")
+        ctx = rows.ctx_for("any", "any")
         ctx.pins = next(g for g in GEOMETRIES if g.name == name).pins(ctx)
         (q,) = _hit_preserving_wastes(ctx)
-        return (runner._solve(q.premise)[0], runner._solve(q.premise + [q.violation])[0])
+        return (proof_solve.check_terms(q.premise)[0], proof_solve.check_terms(q.premise + [q.violation])[0])
 
     assert solve("window-17 measurement") == (z3.sat, z3.unsat)
     assert solve("PR #54362 example") == (z3.sat, z3.sat)

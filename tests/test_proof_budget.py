@@ -15,15 +15,15 @@ from concurrent.futures import ProcessPoolExecutor
 from typer.testing import CliRunner
 
 from kvreach.cli import app
-from kvreach.proofs import runner, solve
+from kvreach.proofs import mutant_check, rows, runner, search, solve
 
 INVARIANT_OK = {"vllm-0.29": True, "vllm-0.33": True}
 FAST = ("exactly-once", "vllm-0.33", "any")  # lifecycle, case split, ~0.5 s
 
 
 def _fresh_caches(monkeypatch):
-    monkeypatch.setattr(runner, "_mutant_cache", {})
-    monkeypatch.setattr(runner, "_mutant_used", {})
+    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "_mutant_used", {})
 
 
 def test_same_verdict_and_resources_in_process_and_in_the_pool(monkeypatch):
@@ -40,9 +40,10 @@ def test_same_verdict_and_resources_in_process_and_in_the_pool(monkeypatch):
 
 
 def _tiny_budgets(monkeypatch):
-    # each budget where it is read: the rows' checks (runner), the case
-    # splits (solve)
-    for module, names in ((runner, ("CHECK_RL", "NODE_RL", "LEAF_RL")),
+    # each budget where it is read: the rows' checks (runner), the
+    # counterexample search and the mutant check, the case splits (solve)
+    for module, names in ((runner, ("NODE_RL", "LEAF_RL")), (search, ("CHECK_RL", "LEAF_RL")),
+                          (mutant_check, ("CHECK_RL",)),
                           (solve, ("ROOT_RL", "NODE_RL", "LEAF_RL"))):
         for name in names:
             monkeypatch.setattr(module, name, 200)
@@ -52,7 +53,7 @@ def _tiny_budgets(monkeypatch):
 def test_exhausted_budget_is_unknown_and_not_ok(monkeypatch):
     _tiny_budgets(monkeypatch)
     row = runner.run_row(*FAST, INVARIANT_OK)
-    row.expected = runner.expected_table()[row.key]
+    row.expected = rows.expected_table()[row.key]
     assert row.verdict == "unknown"
     assert "resource budget exhausted" in row.detail
     assert not row.ok
@@ -69,11 +70,12 @@ def test_exhausted_budget_fails_the_run(monkeypatch):
 def test_a_proof_resting_on_an_unproved_invariant_is_not_a_proof():
     """Rows run alongside the invariant rows; a 1-step induction proof whose
     rule's invariant was not proved is reported unknown."""
-    from kvreach.proofs.runner import Row, _rest_on
+    from kvreach.proofs.rows import Row
+    from kvreach.proofs.runner import rest_on
 
     row = Row("exactly-once", "vllm-0.33", "any", "proved",
               "...; any number of steps (1-step induction, invariant obligation 'invariant')", 0.0)
-    _rest_on(row, {"vllm-0.33": True})
+    rest_on(row, {"vllm-0.33": True})
     assert row.verdict == "proved"
-    _rest_on(row, {"vllm-0.33": False})
+    rest_on(row, {"vllm-0.33": False})
     assert row.verdict == "unknown" and "invariant" in row.detail

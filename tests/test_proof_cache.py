@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import z3
 
-from kvreach.proofs import cache, pool, runner, solve
+from kvreach.proofs import cache, mutant_check, pool, rows, runner, solve
 
 KVREACH = shutil.which("kvreach", path=str(Path(sys.executable).parent)) or "kvreach"
 
@@ -29,8 +29,8 @@ def on(monkeypatch):
 def _fresh_process_state():
     """What the runner keeps per process (the mutants' results): cleared, so
     a second run checks the mutants' queries again (against the cache)."""
-    runner._mutant_cache.clear()
-    runner._mutant_used.clear()
+    mutant_check._mutant_cache.clear()
+    mutant_check._mutant_used.clear()
 
 
 def _entries() -> list[Path]:
@@ -39,7 +39,7 @@ def _entries() -> list[Path]:
 
 def _solved(assertions, rlimit=solve.CHECK_RL):
     before = dict(solve._cache_counts)
-    r, m = solve._solve(assertions, rlimit, meter := solve.Meter())
+    r, m = solve.check_terms(assertions, rlimit, meter := solve.Meter())
     return (str(r), meter.used, solve._cache_counts["solved"] - before["solved"],
             solve._cache_counts["hit"] - before["hit"])
 
@@ -251,7 +251,7 @@ def test_the_query_text_composed_per_assertion_is_the_solvers_own():
     queries = []
     for name in ("soundness", "lookup-monotone", "exactly-once-restarts"):
         ob = OBLIGATIONS[name]
-        ctx = runner._ctx("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
+        ctx = rows.ctx_for("vllm-0.33", "intended", lookup_variant=ob.lookup_variant)
         qs = ob.queries(ctx) if ob.kind == "static" else [lifecycle_step_query(ob, ctx),
                                                            bmc_query(ob, ctx, 2)[0]]
         lifecycle = ob.kind != "static"

@@ -23,14 +23,14 @@ import z3
 import pytest
 
 from kvreach.proofs import induction as obl
-from kvreach.proofs import runner
+from kvreach.proofs import mutant_check, rows, runner
 from kvreach.proofs.framework import Query
 from kvreach.proofs.obligations import OBLIGATIONS
 
 MUTANTS = {name: (ob.mutant.name, ob.mutant.store_fn, ob.mutant.params)
            for name, ob in OBLIGATIONS.items()}
 
-ALL_ROWS = list(runner.rows_for(None, None, None))
+ALL_ROWS = list(rows.rows_for(None, None, None))
 INVARIANT_OK = {"vllm-0.29": True, "vllm-0.33": True}
 FALSE = z3.BoolVal(False)
 
@@ -79,7 +79,7 @@ def no_mutant(monkeypatch):
 
 @pytest.fixture
 def fresh_mutant_cache(monkeypatch):
-    monkeypatch.setattr(runner, "_mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
 
 
 # ---------------------------------------------------------------------------
@@ -99,7 +99,7 @@ def test_every_obligation_has_one_mutant():
 
 def _table_status() -> tuple[set, set, str]:
     try:
-        table = runner.expected_table()
+        table = rows.expected_table()
     except Exception as e:  # noqa: BLE001 (the table is being written)
         return set(ALL_ROWS), set(), f"expected.toml unreadable: {e!r}"
     missing = set(ALL_ROWS) - set(table)
@@ -115,7 +115,7 @@ _MISSING, _EXTRA, _TABLE_REASON = _table_status()
     reason="proofs/expected.toml is being written by the lead: " + _TABLE_REASON,
 )
 def test_expected_table_has_a_row_per_runner_row():
-    table = runner.expected_table()
+    table = rows.expected_table()
     assert not (set(ALL_ROWS) - set(table)), sorted(set(ALL_ROWS) - set(table))
     assert not (set(table) - set(ALL_ROWS)), sorted(set(table) - set(ALL_ROWS))
     assert {table[k] for k in ALL_ROWS} <= {"proved", "counterexample"}
@@ -177,7 +177,7 @@ def test_weakened_obligation_lets_mutant_pass(name, monkeypatch, fresh_mutant_ca
     _weaken(monkeypatch, name)
     assert runner.run_mutant(name, "vllm-0.33", "intended") == (MUTANTS[name][0], False)
     # The runner's row then fails, whatever verdict it expected.
-    monkeypatch.setattr(runner, "_mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
     rule, model = next((r, m) for n, r, m, _ in ALL_ROWS if n == name)
     row = runner.run_row(name, rule, model, INVARIANT_OK)
     assert row.mutant_rejected is False
@@ -195,7 +195,7 @@ def test_obligations_module_names_used_here():
 def test_undecided_base_case_is_no_proof(name, rule, monkeypatch, no_mutant):
     """An invariant's base case the solver does not decide leaves the row
     unknown (a world-vllm obligation's own invariant, and the rule's)."""
-    orig_decide, orig_base = runner._decide, runner.invariant_base_query
+    orig_decide, orig_base = runner.decide, runner.invariant_base_query
     bases = []
 
     def base(ctx, ob=None):
@@ -208,6 +208,6 @@ def test_undecided_base_case_is_no_proof(name, rule, monkeypatch, no_mutant):
         return orig_decide(q, ctx, lifecycle, meter)
 
     monkeypatch.setattr(runner, "invariant_base_query", base)
-    monkeypatch.setattr(runner, "_decide", decide)
+    monkeypatch.setattr(runner, "decide", decide)
     row = runner.run_row(name, rule, "any", INVARIANT_OK)
     assert bases and row.verdict == "unknown", row

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvreach.cli import app
-from kvreach.proofs import catalog, runner
+from kvreach.proofs import catalog, rows
 from kvreach.proofs import results as results_file
 from kvreach.proofs.obligations import OBLIGATIONS
 
@@ -73,11 +73,11 @@ def test_generation_is_deterministic_and_writes_the_page(tmp_path, results):
 def test_committed_run_has_one_row_per_runner_row_in_order(results):
     keys = [(r["obligation"], r["rule"], r["load_model"], r["vllm"]) for r in results["rows"]]
     assert keys == catalog.run_order()
-    assert set(keys) == set(runner.rows_for(None, None, None))
+    assert set(keys) == set(rows.rows_for(None, None, None))
 
 
 def test_committed_run_was_run_against_todays_expected_table(results):
-    table = runner.expected_table()
+    table = rows.expected_table()
     for r in results["rows"]:
         k = (r["obligation"], r["rule"], r["load_model"], r["vllm"])
         assert r["expected"] == table[k], k
@@ -99,7 +99,7 @@ def test_every_named_finding_has_a_section():
     anchors = catalog.finding_anchors(FINDINGS.read_text())
     named = {f for fs in catalog.expected_findings().values() for f in fs}
     assert named and named <= set(anchors)
-    table = runner.expected_table()
+    table = rows.expected_table()
     for k, fs in catalog.expected_findings().items():
         assert not fs or table[k] == "counterexample", k  # findings only for counterexamples
 
@@ -154,10 +154,10 @@ def test_verdicts_only_ignores_times_and_models(tmp_path, results):
 
 
 def test_changed_expected_verdict_makes_run_stale(monkeypatch, results):
-    table = runner.expected_table()
+    table = rows.expected_table()
     k = catalog.run_order()[0]
-    monkeypatch.setattr(runner, "expected_table", lambda: {**table, k: "counterexample"})
-    monkeypatch.setattr(catalog, "expected_table", runner.expected_table)
+    monkeypatch.setattr(rows, "expected_table", lambda: {**table, k: "counterexample"})
+    monkeypatch.setattr(catalog, "expected_table", rows.expected_table)
     problems = catalog.results_problems(results)
     assert problems and "expected.toml now says counterexample" in problems[0]
     assert render(results) != PAGE.read_text()

@@ -9,7 +9,7 @@ import pytest
 import z3
 
 from kvreach.params import RULES
-from kvreach.proofs import matrix, runner
+from kvreach.proofs import matrix, rows as proof_rows
 from kvreach.proofs.induction import bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query
 from kvreach.proofs.obligations import ALL, OBLIGATIONS
 from kvreach.releases import DEFAULT, RELEASES, release
@@ -21,7 +21,7 @@ def _texts(name: str, rule: str, model: str, rel) -> list[str]:
     ob = OBLIGATIONS[name]
     out = []
     for g in (ob.grid or (None,)):
-        ctx = runner._ctx(rule, model, lookup_variant=ob.lookup_variant, release=rel)
+        ctx = proof_rows.ctx_for(rule, model, lookup_variant=ob.lookup_variant, release=rel)
         if g is not None:
             ctx.pins = g.pins(ctx)
         if ob.kind == "static":
@@ -36,7 +36,7 @@ def _texts(name: str, rule: str, model: str, rel) -> list[str]:
     return out
 
 
-_MULTI = [(name, r, m, g) for name, r, m, g in runner.rows_for(None, None, None) if "/" in g]
+_MULTI = [(name, r, m, g) for name, r, m, g in proof_rows.rows_for(None, None, None) if "/" in g]
 
 
 @pytest.mark.parametrize("key", _MULTI, ids=["/".join(k[:3]) + "@" + k[3] for k in _MULTI])
@@ -64,15 +64,15 @@ def test_groups_partition_the_releases_of_a_rule():
 
 
 def test_every_row_has_an_expected_verdict():
-    table = runner.expected_table()
-    missing = [k for k in runner.rows_for(None, None, None) if k not in table]
+    table = proof_rows.expected_table()
+    missing = [k for k in proof_rows.rows_for(None, None, None) if k not in table]
     assert not missing, missing
 
 
 def test_a_version_selects_the_rows_about_it():
     for v in ("0.29.0", "0.30.0", "0.32.0", "0.33.0"):
-        rows = list(runner.rows_for(None, None, None, v))
+        rows = list(proof_rows.rows_for(None, None, None, v))
         assert rows and all(matrix.covers(g, v) for *_, g in rows)
     # 0.29.0's store rule is vllm-0.29: no vllm-0.33 row is about it
-    assert not [k for k in runner.rows_for(None, "vllm-0.33", None, "0.29.0")
+    assert not [k for k in proof_rows.rows_for(None, "vllm-0.33", None, "0.29.0")
                 if OBLIGATIONS[k[0]].rule_specific]

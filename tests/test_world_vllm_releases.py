@@ -22,7 +22,7 @@ from kvreach.proofs.framework import Ctx
 from kvreach.proofs.induction import bmc_query
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.obligations.restarts import incarnation_invariant
-from kvreach.proofs.solve import _solve
+from kvreach.proofs.solve import check_terms
 from kvreach.spec import lifecycle as lc
 from kvreach.spec.config import SymConfig
 from kvreach.spec.evaluate import StepChecker
@@ -163,7 +163,7 @@ def _check(premise, violation, rlimit: int = 60_000_000):
     """One check as the proof run does it (``proofs.solve``: a fresh context
     from the query's text, so the answer and its cost depend on the query
     alone)."""
-    return _solve([*premise, violation], rlimit)[0]
+    return check_terms([*premise, violation], rlimit)[0]
 
 
 def _stored_below_cursor(ctx: Ctx, st) -> z3.BoolRef:

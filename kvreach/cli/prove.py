@@ -43,7 +43,8 @@ def prove(
                            "queries (the cache is also off when CI=true)")] = False,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
-    from kvreach.proofs import pool, results, runner
+    from kvreach.proofs import pool, results
+    from kvreach.proofs.rows import rows_for
 
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
@@ -61,7 +62,7 @@ def prove(
     # this run only: a caller in the same process keeps its own setting)
     previous = os.environ.get(cache.ENV)
     os.environ[cache.ENV] = "0" if no_cache else "1"
-    todo = list(runner.rows_for(obligation, rule, load_model, vllm))
+    todo = list(rows_for(obligation, rule, load_model, vllm))
     if not todo:
         _empty_selection(obligation, rule, load_model, vllm)
     order = run_order(todo)  # the order pool.run yields them in
@@ -116,7 +117,7 @@ def _empty_selection(obligation: str | None, rule: str | None, load_model: str |
                      vllm: str | None) -> None:
     """No row matches the options: one line naming the last narrowing option
     and the values it could take with the others kept."""
-    from kvreach.proofs import runner
+    from kvreach.proofs.rows import rows_for
 
     given = {"--obligation": obligation, "--rule": rule, "--load-model": load_model,
              "--vllm": vllm}
@@ -129,10 +130,10 @@ def _empty_selection(obligation: str | None, rule: str | None, load_model: str |
         from kvreach.releases import RELEASES
 
         ok = [r.names[-1] for r in RELEASES
-              if any(True for _ in runner.rows_for(**(sel | {"vllm": r.names[-1]})))]
+              if any(True for _ in rows_for(**(sel | {"vllm": r.names[-1]})))]
     else:
         pos = {"obligation": 0, "rule": 1, "model": 2}[key]
-        ok = sorted({row[pos] for row in runner.rows_for(**(sel | {key: None}))} - {"any"})
+        ok = sorted({row[pos] for row in rows_for(**(sel | {key: None}))} - {"any"})
     why = f"no proof row has {flag} {given[flag]}" + (f" with {others}" if others else "")
     raise CliError(flag, given[flag], (f"one of {', '.join(ok)} here" if ok else
                                        "another selection") + f" ({why})")

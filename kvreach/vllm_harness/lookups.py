@@ -116,12 +116,12 @@ class LookupRecorder:
         )
 
     def _prepare_load(self, keys, req_context):
-        from kvreach.vllm_harness.runner import _KeysSpec
+        from kvreach.vllm_harness.runner import KeysSpec
 
         pos = self.key_positions(req_context.req_id)
         obs = [o for o in self.observations if o.req_id == req_context.req_id][-1]
         obs.loaded |= {pos[k] for k in keys}
-        return _KeysSpec(keys)
+        return KeysSpec(keys)
 
     def keys_of(self, req_id: str, chunks: set[tuple[int, int]]) -> list:
         pos = self.key_positions(req_id)

@@ -27,7 +27,7 @@ except ImportError:
 HARNESS_MODULE = __name__  # the spec_module_path vLLM loads RecordingOffloadingSpec from
 
 
-class _KeysSpec(LoadStoreSpec):
+class KeysSpec(LoadStoreSpec):
     def __init__(self, keys):
         self.offload_keys: list[OffloadKey] = list(keys)
 
@@ -46,9 +46,9 @@ class RecordingOffloadingSpec(OffloadingSpec):
         for name, value in answers.items():
             if hasattr(OffloadingManager, name):  # an older release's manager lacks some
                 getattr(m, name).return_value = value
-        m.prepare_load = lambda keys, req_context: _KeysSpec(keys)
+        m.prepare_load = lambda keys, req_context: KeysSpec(keys)
         m.prepare_store.side_effect = lambda keys, req_context: PrepareStoreOutput(
-            keys_to_store=list(keys), store_spec=_KeysSpec(keys), evicted_keys=[]
+            keys_to_store=list(keys), store_spec=KeysSpec(keys), evicted_keys=[]
         )
         self.manager = m
 

@@ -240,8 +240,8 @@ def hit_preservation(model_dir: str, cex: dict) -> dict:
     its later request, against the keys ``prepare_store`` accepted and
     against every key the earlier request could offload (dense)."""
     from kvreach.vllm_harness.replay import (
-        _offloadable,
-        _offloadable_answers,
+        offloadable_tokens_of,
+        offloadable_answers,
         run_earlier_request,
         setup_of,
     )
@@ -264,7 +264,7 @@ def hit_preservation(model_dir: str, cex: dict) -> dict:
         if content == "rule":
             rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(rid, [])}
         else:
-            rec.answers = _offloadable_answers(rec, setup, rid, _offloadable(cex))
+            rec.answers = offloadable_answers(rec, setup, rid, offloadable_tokens_of(cex))
         assert run.scheduler.reset_prefix_cache()
         lid = new_id("later-")
         params = None if lr["max_load_tokens"] is None else {"max_load_tokens": lr["max_load_tokens"]}

@@ -102,7 +102,7 @@ def lookup_variant(cex: dict):
         yield
 
 
-def _offloadable_answers(rec: LookupRecorder, setup: Setup, rid: str, offloadable_tokens: int,
+def offloadable_answers(rec: LookupRecorder, setup: Setup, rid: str, offloadable_tokens: int,
                          keep=lambda gi, c: True) -> dict:
     """HIT for the keys of ``rid``'s chunks within its offloadable tokens
     (of the SWA group, only those ``keep`` admits)."""
@@ -153,7 +153,7 @@ def replay(model_dir: str, cex: dict, which: str, rule: str | None = None, relea
             if content == "rule":
                 rec.answers = {k: LookupResult.HIT for k in rec.stored_keys.get(rid, [])}
             else:  # every chunk the earlier request could offload
-                rec.answers = _offloadable_answers(rec, setup, rid, _offloadable(cex))
+                rec.answers = offloadable_answers(rec, setup, rid, offloadable_tokens_of(cex))
             assert r.scheduler.reset_prefix_cache()
             obs = later_lookups(rec, tokens, later["max_load_tokens"])
             check(setup, obs, outcome)
@@ -172,7 +172,7 @@ def _mask_group(release, g):
     return mask_group(release, g)
 
 
-def _offloadable(cex: dict) -> int:
+def offloadable_tokens_of(cex: dict) -> int:
     return max(st["offloadable_tokens"] for st in cex["trace"]["steps"])
 
 
@@ -224,7 +224,7 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
         rid = new_id("keys-")  # a request whose keys are the stored chunks' keys (prefix hashes)
         run.add_request(rid, longest, max_tokens=1, token_ids=tokens)
         run.run_to_completion()
-        rec.answers = _offloadable_answers(rec, setup, rid, off,
+        rec.answers = offloadable_answers(rec, setup, rid, off,
                                            lambda gi, ci: dense or gi != swa_gi or ci in kept)
         for T, obs, twin in lookups_by_length(rec, setup, tokens, outcome):
             check(setup, obs, outcome)  # vLLM's hit and loaded keys equal kvreach's twin
@@ -308,7 +308,7 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
         run.run_to_completion()
         assert run.scheduler.reset_prefix_cache()
         rids.append(rid)
-        dense |= _offloadable_answers(rec, setup, rid, q["offloadable_tokens"])
+        dense |= offloadable_answers(rec, setup, rid, q["offloadable_tokens"])
         pos = rec.prompt_keys[rid]
         stored["vllm"].append(sorted(c for k in rec.stored_keys.get(rid, [])
                                      for gi, c in [pos[k]] if gi == swa_gi))
@@ -351,8 +351,8 @@ _REPLAYERS = {
     "lifecycle": _lifecycle, "mask": _lifecycle, "restarts": _lifecycle,
 }
 # obligation -> its replayer, from the obligations' records
-REPLAYS = {ob.name: _REPLAYERS[ob.vllm_replay.kind](ob.name) for ob in ALL
-           if ob.vllm_replay is not None}
+REPLAY_KIND = {ob.name: ob.vllm_replay.kind for ob in ALL if ob.vllm_replay is not None}
+REPLAYS = {name: _REPLAYERS[kind](name) for name, kind in REPLAY_KIND.items()}
 
 
 def reproduced(obligation: str, result: dict) -> bool:
@@ -366,7 +366,7 @@ def reproduced(obligation: str, result: dict) -> bool:
         return False
     if obligation in WITNESS:
         return bool(v[WITNESS[obligation]])
-    if obligation.startswith("no-waste"):
+    if REPLAY_KIND.get(obligation) == "no-waste":
         return v["chunk_kept"] and not v["loaded_by_later_tokens"]
     return (v["hit_tokens"] or 0) < (v["dense_hit_tokens"] or 0)
 

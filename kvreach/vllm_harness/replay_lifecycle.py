@@ -222,7 +222,7 @@ def vllm_computed(run: SchedulerRun) -> list[int]:
 
 def soundness_witness(run: SchedulerRun, cex: dict) -> tuple[list[int], list[int]]:
     """Chunks stored that no hit boundary of the load model wants (the
-    trace's ``loadable``), as ``proofs.decode.violation_in`` has it."""
+    trace's ``loadable``), as soundness' ``Obligation.trace_witness`` has it."""
     wanted = set(cex["trace"]["loadable"])
     return sorted(set(run.stored(SWA_GROUP, STORED)) - wanted), list(cex["replayed_violation"])
 
@@ -317,15 +317,16 @@ def replay_lifecycle(model_dir: str, obligation: str, cex: dict, rule: str,
     run, rec = run_request(model_dir, setup, rule, req, lc)
     out = {"vllm": {"steps": vllm_steps(run)},
            "kvreach": {"steps": [list(s["submitted"]) for s in steps]}}
-    if obligation == "soundness":
+    witness = WITNESS[obligation]  # the obligation record's (``Replay.witness``)
+    if witness == "violating":
         v, k = soundness_witness(run, cex)
         H = cex["trace"]["final_chunks"]
         lv, lk = later_lookups_of(setup, rec, run, k, (H + 2) * g.chunk_tokens + 1)
         out["vllm"] |= {"violating": v, "later": lv}
         out["kvreach"] |= {"violating": k, "later": lk}
-    elif obligation == "completeness":
+    elif witness == "missing":
         out["vllm"]["missing"], out["kvreach"]["missing"] = completeness_witness(run, cex, g)
-    else:
+    else:  # "uncomputed"
         out["vllm"]["uncomputed"], out["kvreach"]["uncomputed"] = \
             computed_before_stored_witness(run, cex, g)
     return out

@@ -13,7 +13,7 @@ harness's run API in one place, from the modules that hold each part.
 
 from kvreach.vllm_harness.class_level import ClassLevelRun, class_level_vllm_config
 from kvreach.vllm_harness.config import KVREACH, STOCK, Group, Setup, connector_config, full, swa
-from kvreach.vllm_harness.memory import HARNESS_MODULE, RecordingOffloadingSpec, _KeysSpec
+from kvreach.vllm_harness.memory import HARNESS_MODULE, RecordingOffloadingSpec, KeysSpec
 from kvreach.vllm_harness.scheduler_run import (
     SAMPLED_TOKEN,
     SchedulerRun,

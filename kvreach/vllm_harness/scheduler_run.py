@@ -62,7 +62,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from kvreach.vllm_harness.config import KVREACH, Setup, connector_config
 from kvreach.vllm_harness import vllm_api
-from kvreach.vllm_harness.memory import HARNESS_MODULE, _KeysSpec
+from kvreach.vllm_harness.memory import HARNESS_MODULE, KeysSpec
 
 SAMPLED_TOKEN = 7  # not EOS (2) of cpu_shims.write_offline_model's config; ignore_eos anyway
 
@@ -213,7 +213,7 @@ class SchedulerRun:
                 where[key] = (gc.group_idx, chunk)
         assert self._current is not None
         self._current.stores.extend((req_context.req_id, *where[k]) for k in keys)
-        return PrepareStoreOutput(keys_to_store=list(keys), store_spec=_KeysSpec(keys),
+        return PrepareStoreOutput(keys_to_store=list(keys), store_spec=KeysSpec(keys),
                                   evicted_keys=[])
 
     # -- driving ------------------------------------------------------------

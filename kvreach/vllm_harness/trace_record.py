@@ -40,7 +40,7 @@ from vllm.v1.request import RequestStatus
 from kvreach.spec import lifecycle as lc
 from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
 from kvreach.vllm_harness.runner import (
-    STOCK, SchedulerRun, Setup, _KeysSpec, full, prompt_token_ids, swa,
+    STOCK, SchedulerRun, Setup, KeysSpec, full, prompt_token_ids, swa,
 )
 from kvreach.vllm_harness.trace import Config, Step, step_line, write
 
@@ -57,7 +57,7 @@ class TierManager:
         m.prepare_store.side_effect = self.prepare_store
         m.on_new_request.side_effect = lambda ctx: RequestOffloadingContext(
             policy=self.rng.choice([OffloadPolicy.CHUNK_LEVEL, OffloadPolicy.REQUEST_LEVEL]))
-        m.prepare_load.side_effect = lambda keys, req_context: _KeysSpec(keys)
+        m.prepare_load.side_effect = lambda keys, req_context: KeysSpec(keys)
 
     def lookup(self, key, req_context):
         if self.rng.random() < self.p_retry:
@@ -72,7 +72,7 @@ class TierManager:
             fresh = [k for k in keys if k not in self.stored]  # de-duplication
             take = [k for k in fresh if self.rng.random() >= self.p_drop]
             self.stored.update(take)
-            out = PrepareStoreOutput(keys_to_store=take, store_spec=_KeysSpec(take),
+            out = PrepareStoreOutput(keys_to_store=take, store_spec=KeysSpec(take),
                                      evicted_keys=[])
         self.last_store = (keys, out)
         return out

@@ -23,12 +23,13 @@ from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
     SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
+from kvreach.proofs.decode import lost_hit_chunks, unloaded_kept_chunk
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
 from kvreach.proofs.geometries import Geometry
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
-from kvreach.spec.config import _max, _min
+from kvreach.spec.config import z3_max, z3_min
 
 READ_WINDOW = "read-window"
 
@@ -50,7 +51,7 @@ def dense_lookup(ctx: Ctx, offloadable_tokens):
     from kvreach.spec.lookup import lookup, prefix_keys
 
     lk = ctx.lk
-    shared = _min(offloadable_tokens, ctx.shared)
+    shared = z3_min(offloadable_tokens, ctx.shared)
     return lookup(lk, prefix_keys(z3.If(lk.has_full, shared / lk.C_full, 0), shared / lk.C))
 
 
@@ -126,7 +127,7 @@ def _no_waste(ctx: Ctx):
     fails = []
     for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
         lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant, ctx.release)
-        shared = _min(T, off)
+        shared = z3_min(T, off)
         prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
                  z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
                  ctx.lk.full_block_tokens == lk.full_block_tokens, ctx.lk.W == lk.W,
@@ -150,7 +151,7 @@ def _prefix_scan(ctx: Ctx):
     end = lookup.prefix_scan_end(x, n, ctx.mutant.get("short_by", 0))
 
     def qualifies(k):  # keys at and above x break the run
-        return lookup.run_qualifies(k, n, w, w0, k >= x, lambda lo, hi: hi > _max(lo, x))
+        return lookup.run_qualifies(k, n, w, w0, k >= x, lambda lo, hi: hi > z3_max(lo, x))
 
     base = [0 <= n, 1 <= w, w <= w0]
     return [Query(base, z3.Not(qualifies(end))),
@@ -340,7 +341,7 @@ HIT_PRESERVATION = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("hit-preservation"),
+    vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
 )
 NO_WASTE = Obligation(
     "no-waste",
@@ -353,7 +354,7 @@ NO_WASTE = Obligation(
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("no-waste"),
+    vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
 )
 LOOKUP_PREFIX_SCAN = Obligation(
     "lookup-prefix-scan",
@@ -388,7 +389,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("hit-preservation"),
+    vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
@@ -399,7 +400,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
-    reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
 )
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
@@ -410,7 +411,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("no-waste"),
+    vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
 )
 
 
@@ -542,23 +543,23 @@ def decode_load_reads_checked(m, ctx: Ctx) -> dict:
 
 def replay_load_reads_checked(cex: dict) -> list[int]:
     """The decoded case through the twin (``kvreach.impl.lookup``, with the
-    parameters ``kvreach.conform`` maps the release record to): the SWA
+    parameters ``kvreach.impl.release`` maps the release record to): the SWA
     chunks, and the full-attention chunks as ``-1 - c``, it loads that the
     store does not hold; [] unless the twin's hit and loads are the spec's."""
-    from kvreach.conform import _lookup_group, _lookup_parts
     from kvreach.impl import lookup as il
+    from kvreach.impl.release import lookup_group, lookup_parts
     from kvreach.releases import release
 
     r = release(cex["vllm"].split("/")[0])
     g, q, st = cex["lookup_groups"], cex["later_request"], cex["store"]
-    groups = ([_lookup_group(g["full_block_tokens"], g["blocks_per_chunk"], None, 0,
-                             g["full_eagle"], r)] if g["full_block_tokens"] else []) + [
-        _lookup_group(g["swa_block_tokens"], g["blocks_per_chunk"], g["window"],
-                      g["extra_retained_tokens"], g["eagle"], r)]
+    groups = ([lookup_group(r, g["full_block_tokens"], g["blocks_per_chunk"], None, 0,
+                            g["full_eagle"])] if g["full_block_tokens"] else []) + [
+        lookup_group(r, g["swa_block_tokens"], g["blocks_per_chunk"], g["window"],
+                     g["extra_retained_tokens"], g["eagle"])]
     req = il.LaterRequest(q["num_tokens"], q["local_hit_tokens"], q["max_load_tokens"])
     content = il.StoreContent.of_chunks(
         ([st["full_hit_chunks"]] if g["full_block_tokens"] else []) + [st["swa_hit_chunks"]])
-    hit = il.lookup_hit_tokens(groups, req, content, _lookup_parts(r))
+    hit = il.lookup_hit_tokens(groups, req, content, lookup_parts(r))
     loaded = il.loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
     cex["twin"] = {"hit_tokens": hit, "swa_loaded": [loaded[-1].start, loaded[-1].stop]
                    if len(loaded[-1]) else [0, 0]}

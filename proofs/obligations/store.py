@@ -62,11 +62,11 @@ def _complete_step(ctx: Ctx, pre, tr, post):
     )
 
 
-def _once_step(ctx: Ctx, pre, tr, post):
+def once_step(ctx: Ctx, pre, tr, post):
     return z3.And(pre.stored, tr.submitted)
 
 
-def _computed_step(ctx: Ctx, pre, tr, post):
+def computed_step(ctx: Ctx, pre, tr, post):
     return z3.And(tr.submitted, (ctx.c + 1) * ctx.s.C > post.f)
 
 
@@ -80,12 +80,12 @@ def _complete_bmc(ctx, sts, trs):
     return _complete_step(ctx, sts[-2], trs[-1], sts[-1])
 
 
-def _once_bmc(ctx, sts, trs):
+def once_bmc(ctx, sts, trs):
     return z3.Or([z3.And(sts[i].stored, trs[i].submitted) for i in range(len(trs))])
 
 
-def _computed_bmc(ctx, sts, trs):
-    return z3.Or([_computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
+def computed_bmc(ctx, sts, trs):
+    return z3.Or([computed_step(ctx, sts[i], trs[i], sts[i + 1]) for i in range(len(trs))])
 
 
 def _invariant_step(ctx: Ctx, pre, tr, post):
@@ -163,6 +163,27 @@ def _real_alignment(ctx: Ctx) -> list[list]:
     return [[s.has_align, s.A % s.bpc == 0]]
 
 
+# --- the witnesses in a replayed trace (impl.lifecycle.run) ---------------
+
+def _unwanted_stored(trace, model: str, cex: dict) -> list[int]:
+    return sorted(set(trace.stored) - trace.wanted(model))
+
+
+def _computed_not_stored(trace, model: str, cex: dict) -> list[int]:
+    computed = trace.computed_tokens // trace.group.chunk_tokens
+    return sorted(c for c in trace.needed(model) - set(trace.stored) if c < computed)
+
+
+def _stored_twice(trace, model: str, cex: dict) -> list[int]:
+    stored = list(trace.stored)
+    return sorted({c for c in stored if stored.count(c) > 1})
+
+
+def _stored_uncomputed(trace, model: str, cex: dict) -> list[int]:
+    C = trace.group.chunk_tokens
+    return sorted(c for st in trace.steps for c in st.submitted if (c + 1) * C > st.num_computed_tokens)
+
+
 # --- the obligations ------------------------------------------------------
 
 SOUNDNESS = Obligation(
@@ -172,7 +193,8 @@ SOUNDNESS = Obligation(
     "lifecycle", mutant=mutants.PREFIX_HORIZON, scope=SCOPE_SYMBOLIC,
     step_violation=_sound_step, bmc_violation=_sound_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
-    vllm_replay=Replay("lifecycle", "violating"),
+    vllm_replay=Replay("lifecycle", "violating"), trace_witness=_unwanted_stored,
+    named_mutant=True,  # the mutant 0.72 M -> 0.10 M units named
 )
 COMPLETENESS = Obligation(
     "completeness",
@@ -182,21 +204,22 @@ COMPLETENESS = Obligation(
     "lifecycle", mutant=mutants.NO_FINAL_TAIL, scope=SCOPE_SYMBOLIC,
     step_violation=_complete_step, bmc_violation=_complete_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
-    vllm_replay=Replay("lifecycle", "missing"),
+    vllm_replay=Replay("lifecycle", "missing"), trace_witness=_computed_not_stored,
 )
 EXACTLY_ONCE = Obligation(
     "exactly-once",
     "No chunk is submitted twice, abort reconsideration included.",
     "lifecycle", mutant=mutants.RECONSIDER_RESUBMITS, scope=SCOPE_SYMBOLIC,
-    step_violation=_once_step, bmc_violation=_once_bmc, model_specific=False,
+    step_violation=once_step, bmc_violation=once_bmc, model_specific=False,
+    trace_witness=_stored_twice,
 )
 COMPUTED_BEFORE_STORED = Obligation(
     "computed-before-stored",
     "No chunk is submitted before all of its tokens are computed "
     "((c + 1) * chunk_tokens <= num_computed_tokens).",
     "lifecycle", mutant=mutants.STORE_AHEAD, scope=SCOPE_SYMBOLIC,
-    step_violation=_computed_step, bmc_violation=_computed_bmc, model_specific=False,
-    vllm_replay=Replay("lifecycle", "uncomputed"),
+    step_violation=computed_step, bmc_violation=computed_bmc, model_specific=False,
+    vllm_replay=Replay("lifecycle", "uncomputed"), trace_witness=_stored_uncomputed,
 )
 MASK_EQUIVALENCE = Obligation(
     "mask-equivalence",

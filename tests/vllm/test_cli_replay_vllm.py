@@ -18,7 +18,7 @@ from kvreach.vllm_harness.replay import REPLAYS, reproduced  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from kvreach.cli import app  # noqa: E402
-from kvreach.proofs.runner import expected_rows  # noqa: E402
+from kvreach.proofs.rows import expected_rows  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

@@ -24,7 +24,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[v
 from kvreach.vllm_harness.runner import KVREACH, STOCK, SchedulerRun, Setup, full, swa  # noqa: E402
 from kvreach.vllm_harness.replay import replay  # noqa: E402
 
-from kvreach.proofs import runner  # noqa: E402
+from kvreach.proofs import search  # noqa: E402
 from kvreach.proofs.geometries import GEOMETRIES  # noqa: E402
 from kvreach.proofs.scenarios import MEASURED_W17, PR_54362, finding  # noqa: E402
 
@@ -40,7 +40,7 @@ W17_GROUPS = (full(_W17.full_block_size), swa(_W17.swa_block_size, _W17.window))
 @functools.lru_cache(maxsize=None)
 def counterexample(geometry_name: str):
     g = next(x for x in GEOMETRIES if x.name == geometry_name)
-    _, cex = runner.find_counterexample("hit-preservation", "vllm-0.33", "any", geometry=g)
+    _, cex = search.find_counterexample("hit-preservation", "vllm-0.33", "any", geometry=g)
     return cex
 
 
@@ -187,7 +187,7 @@ def test_read_window_row_counterexample_on_vllm(offline_model_dir):
     with the patched lookup vLLM's hits equal kvreach's and stay short of dense."""
     from kvreach.vllm_harness.replay import replay_hit_preservation, reproduced
 
-    _, cex = runner.find_counterexample("hit-preservation-read-window", "vllm-0.33", "any")
+    _, cex = search.find_counterexample("hit-preservation-read-window", "vllm-0.33", "any")
     assert cex["lookup_groups"]["lookup_variant"] == "read-window"
     got = replay_hit_preservation(offline_model_dir, cex, "vllm-0.33",
                                   release=installed_release.twin_release())
@@ -208,7 +208,7 @@ def neighbours_counterexample(geometry_name: str):
 
     g = next(x for x in _geometries() if x.name == geometry_name)
     # the row about the installed release, the one the replay runs on
-    return runner.static_counterexample("hit-preservation-neighbours", "vllm-0.33", "any", g,
+    return search.static_counterexample("hit-preservation-neighbours", "vllm-0.33", "any", g,
                                         vllm=vllm.__version__)
 
 
@@ -217,10 +217,10 @@ def test_neighbours_counterexamples_are_the_failing_geometries():
     fails for vLLM 0.33.0's rule (none for lookup-window)."""
     from kvreach.proofs.neighbours import _geometries
 
-    failing = [g.name for g in _geometries() if runner.static_counterexample(
+    failing = [g.name for g in _geometries() if search.static_counterexample(
         "hit-preservation-neighbours", "vllm-0.33", "any", g) is not None]
     assert failing == NEIGHBOURS_FAILING
-    assert not any(runner.static_counterexample("hit-preservation-neighbours", "lookup-window",
+    assert not any(search.static_counterexample("hit-preservation-neighbours", "lookup-window",
                                                 "any", g) for g in _geometries())
 
 

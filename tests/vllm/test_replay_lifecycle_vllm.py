@@ -24,7 +24,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install kvreach[v
 
 from kvreach.vllm_harness.replay_lifecycle import WITNESS, replay_lifecycle  # noqa: E402
 
-from kvreach.proofs import runner  # noqa: E402
+from kvreach.proofs import runner, search  # noqa: E402
 from kvreach.proofs.obligations import OBLIGATIONS  # noqa: E402
 from kvreach.proofs.scenarios import PR_54362_WASTED  # noqa: E402
 
@@ -39,7 +39,7 @@ def counterexample(obligation: str, rule: str, model: str) -> dict:
         row = runner.run_row(obligation, rule, model, {})
         assert row.verdict == "counterexample", row
         return row.counterexample
-    _, cex = runner.find_counterexample(obligation, rule, model)
+    _, cex = search.find_counterexample(obligation, rule, model)
     assert cex is not None and cex.get("replayed_violation"), (obligation, rule, model)
     return cex
 

@@ -1,0 +1,132 @@
+"""The counterexample search: BMC from the initial state (a lifecycle
+obligation's), first pinned to PR #54362's worked example or a grid
+geometry's example, in the shapes vLLM's real scheduler runs
+(``Obligation.replayable``, ``named_shapes``) first; and a static query's
+model in such a shape. Each counterexample found is decoded and replayed
+through the executable rule (``kvreach.proofs.decode``).
+"""
+
+from __future__ import annotations
+
+import z3
+
+from kvreach.proofs import decode
+from kvreach.proofs.config import BMC_DEPTHS, CHECK_RL, LEAF_RL, ROW_RL
+from kvreach.proofs.flatten import flat_terms
+from kvreach.proofs.framework import Ctx, Query
+from kvreach.proofs.induction import bmc_query
+from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.rows import ctx_for, release_for
+from kvreach.proofs.solve import Meter, check_terms
+
+
+def find_counterexample(name: str, rule: str, model: str, store_fn=None,
+                        meter: Meter | None = None, geometry=None, shaped: bool | None = None,
+                        vllm: str | None = None, named: bool | None = None):
+    """BMC from the initial state; first pinned to PR #54362's worked example
+    (so regressions decode to its numbers), then over every configuration.
+    With a ``geometry`` (grid obligations): its pins throughout, first at its
+    example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left).
+    ``shaped``: only (True) or never (False) in a shape the real scheduler
+    runs (``Obligation.replayable``); None: that shape first, per query.
+    ``named``: each query's if-then-else terms named (``proofs/flatten.py``;
+    None: ``Obligation.named_bmc``), the row's own search
+    first in the obligation's ``named_shapes``."""
+    ob = OBLIGATIONS[name]
+    if named is None:
+        named = ob.named_bmc
+    if geometry is None and ob.grid:
+        return grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm, named)[0]
+    for pinned in (True, False):
+        if pinned and shaped is False:
+            continue  # the shaped pass searched at the example (its shape is its own)
+        for depth in (ob.bmc_depths or BMC_DEPTHS):
+            ctx = ctx_for(rule, model, store_fn=store_fn, lookup_variant=ob.lookup_variant,
+                       release=release_for(name, rule, vllm))
+            if geometry is not None:
+                ctx.pins = geometry.pins(ctx)
+            q, sts, trs = bmc_query(ob, ctx, depth)
+            if geometry is not None:
+                extra = (geometry.example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                         if pinned else decode.readable_bounds(ctx))
+                if pinned and not geometry.example:
+                    continue
+            else:
+                extra = (
+                    decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                    if pinned else decode.readable_bounds(ctx)
+                )
+            shapes = _shapes(ob, ctx, pinned, shaped)
+            if named and store_fn is None and ob.named_shapes is not None:
+                shapes = list(ob.named_shapes(ctx, sts, trs)) + shapes
+            for shape in shapes:
+                terms = q.premise + extra + shape + [q.violation]
+                r, m = check_terms(flat_terms(terms) if named else terms, CHECK_RL, meter)
+                if r == z3.sat:
+                    break
+            if r == z3.sat:
+                dec = decode.decode_bmc if ob.world == "single" else decode.decode_bmc_vllm
+                cex = dec(m, ctx, sts, trs, depth, replay=store_fn is None)
+                if geometry is not None:
+                    cex["geometry"] = geometry.name
+                if store_fn is None:
+                    trace = cex.pop("_trace")
+                    cex["replayed_violation"] = decode.violation_in(trace, ob, model, cex)
+                return depth, cex
+    return None, None
+
+
+def _shapes(ob, ctx: Ctx, pinned: bool, shaped: bool | None) -> list[list]:
+    """The extra constraints a counterexample search tries, in order: the
+    shapes the real scheduler runs (``Obligation.replayable``) and/or none.
+    The pinned example is one shape already."""
+    if pinned or ob.replayable is None:
+        return [[]]
+    replayable = ob.replayable(ctx)
+    return {None: replayable + [[]], True: replayable, False: [[]]}[shaped]
+
+
+def static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) -> dict:
+    """Decode a static query's model; with ``Obligation.replayable``, the
+    same violation in a shape vLLM's scheduler can run, if there is one
+    (the first of its alternatives the solver satisfies)."""
+    for pins in (ob.replayable(sctx) if ob.replayable is not None else ()):
+        if z3.is_true(m.eval(z3.And(pins), model_completion=True)):
+            break  # the model is in this shape already
+        rp, mp = check_terms(q.premise + pins + [q.violation], LEAF_RL, meter)
+        if rp == z3.sat:
+            m = mp
+            break
+    cex = decode.decode_static(m, sctx)
+    if geometry is not None:
+        cex["geometry"] = geometry.name
+        cex["replayed_violation"] = decode.violation_in(None, ob, model, cex | {"rule": sctx.rule})
+    return cex
+
+
+def static_counterexample(name: str, rule: str, model: str, geometry,
+                          vllm: str | None = None) -> dict | None:
+    """A grid static obligation's counterexample in one geometry (tests/vllm
+    replays each), or None where its queries there are not sat."""
+    ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
+    sctx = ctx_for(rule, model, lookup_variant=ob.lookup_variant, release=release_for(name, rule, vllm))
+    sctx.pins = geometry.pins(sctx)
+    for q in ob.queries(sctx):
+        r, m = check_terms(q.premise + [q.violation], LEAF_RL, meter)
+        if r == z3.sat:
+            return static_cex(ob, sctx, q, m, model, geometry, meter)
+    return None
+
+
+def grid_counterexample(name, rule, model, geometries, store_fn=None, meter=None, vllm=None,
+                         named=None):
+    """The first geometry's counterexample in a shape the real scheduler runs
+    (``Obligation.replayable``), else the first geometry's in any shape."""
+    passes = (True, False) if OBLIGATIONS[name].replayable is not None else (None,)
+    for shaped in passes:
+        for g in geometries:
+            found = find_counterexample(name, rule, model, store_fn, meter, g, shaped, vllm, named)
+            if found[1] is not None:
+                return found, g
+    return (None, None), None
+
