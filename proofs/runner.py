@@ -29,10 +29,10 @@ from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (the tests patch the budgets here).
 from kvreach.proofs.config import (
     BMC_DEPTHS, CHECK_RL, EXPECTED, LEAF_RL, NAMED_BMC, NAMED_MUTANTS, NODE_RL, ROW_RL,
-    SCOPE_LOOKAHEAD_OFF, SCOPE_WORLD_VLLM_034, VACUITY_RL,
+    SCOPE_LOOKAHEAD_OFF, SCOPE_LOOKAHEAD_SYMBOLIC, SCOPE_WORLD_VLLM_034, VACUITY_RL,
 )
 from kvreach.proofs.flatten import flat_terms
-from kvreach.proofs.framework import Ctx, Query, Role
+from kvreach.proofs.framework import Ctx, Obligation, Query, Role
 from kvreach.proofs.induction import (
     bmc_query, invariant_base_query, lemma_queries, lifecycle_step_query,
 )
@@ -183,9 +183,20 @@ def default_vllm(name: str, rule: str) -> str:
 _RESTS_ON = "".join(f", invariant obligation '{inv.name}'" for inv in INVARIANTS)
 
 
-def _ctx(rule: str, model: str, **kw) -> Ctx:
-    return Ctx(SymConfig.fresh(), "vllm-0.33" if rule == "any" else rule,
+def _ctx(rule: str, model: str, lookahead: bool = False, **kw) -> Ctx:
+    """``lookahead``: the configuration has vLLM 0.34.0's lookahead-hash
+    parameters (:func:`models_lookahead`)."""
+    return Ctx(SymConfig.fresh(lookahead=lookahead), "vllm-0.33" if rule == "any" else rule,
                "intended" if model == "any" else model, **kw)
+
+
+def models_lookahead(ob: Obligation, release: Release) -> bool:
+    """The row's queries have vLLM 0.34.0's lookahead block hashes as a
+    symbolic parameter (``num_hash_lookahead_tokens`` L >= 0,
+    ``SymConfig.fresh(lookahead=True)``): the obligation reads the part
+    (``Release.lookahead_hashes`` in :attr:`Obligation.reads`) and the row's
+    releases have it. Any other row about 0.34.0 is scoped L = 0."""
+    return "lookahead_hashes" in ob.reads and release.lookahead_hashes
 
 
 def _release(name: str, rule: str, vllm: str | None) -> Release:
@@ -196,7 +207,9 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                         meter: Meter | None = None, geometry=None, shaped: bool | None = None,
                         vllm: str | None = None, named: bool | None = None):
     """BMC from the initial state; first pinned to PR #54362's worked example
-    (so regressions decode to its numbers), then over every configuration.
+    (so regressions decode to its numbers; a row with vLLM 0.34.0's
+    lookahead hashes symbolic first to F14's, ``decode.lookahead_example_pins``),
+    then over every configuration.
     With a ``geometry`` (grid obligations): its pins throughout, first at its
     example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left).
     ``shaped``: only (True) or never (False) in a shape the real scheduler
@@ -209,12 +222,19 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
         named = name in NAMED_BMC
     if geometry is None and ob.grid:
         return _grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm, named)[0]
-    for pinned in (True, False):
+    # (the example the pass pins, pinned): a lookahead row (L symbolic,
+    # models_lookahead) first at F14's example (L = 1, a finished request:
+    # the class the mode adds), then as every row
+    passes = [(lambda ctx, trs: decode.pr_example_pins(ctx), True), (None, False)]
+    if models_lookahead(ob, _release(name, rule, vllm)) and geometry is None:
+        passes.insert(0, (decode.lookahead_example_pins, True))
+    for example_pins, pinned in passes:
         if pinned and shaped is False:
             continue  # the shaped pass searched at the example (its shape is its own)
         for depth in (ob.bmc_depths or BMC_DEPTHS):
-            ctx = _ctx(rule, model, store_fn=store_fn, lookup_variant=ob.lookup_variant,
-                       release=_release(name, rule, vllm))
+            release = _release(name, rule, vllm)
+            ctx = _ctx(rule, model, models_lookahead(ob, release), store_fn=store_fn,
+                       lookup_variant=ob.lookup_variant, release=release)
             if geometry is not None:
                 ctx.pins = geometry.pins(ctx)
             q, sts, trs = bmc_query(ob, ctx, depth)
@@ -225,7 +245,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     continue
             else:
                 extra = (
-                    decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                    example_pins(ctx, trs) + decode.scheduler_cut(ctx, sts, trs)
                     if pinned else decode.readable_bounds(ctx)
                 )
             shapes = _shapes(ob, ctx, pinned, shaped)
@@ -282,7 +302,9 @@ def static_counterexample(name: str, rule: str, model: str, geometry,
     """A grid static obligation's counterexample in one geometry (tests/vllm
     replays each), or None where its queries there are not sat."""
     ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
-    sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=_release(name, rule, vllm))
+    release = _release(name, rule, vllm)
+    sctx = _ctx(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+                release=release)
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):
         r, m = _solve(q.premise + [q.violation], LEAF_RL, meter)
@@ -315,15 +337,20 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     solver0, counts0, sats0 = solve._solver_seconds, dict(solve._cache_counts), len(solve._sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
-    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
-        scope += SCOPE_LOOKAHEAD_OFF + (SCOPE_WORLD_VLLM_034 if ob.world == "vllm" else "")
+    if models_lookahead(ob, release):
+        scope += SCOPE_LOOKAHEAD_SYMBOLIC
+    elif any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
+        scope += SCOPE_LOOKAHEAD_OFF
+    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)) and ob.world == "vllm":
+        scope += SCOPE_WORLD_VLLM_034
     detail = ""
     cex = None
     if ob.kind == "static":
-        sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=release)
+        la = models_lookahead(ob, release)
+        sctx = _ctx(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
         for g in (ob.grid or (None,)):
             if g is not None:
-                sctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=release)
+                sctx = _ctx(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
                 sctx.pins = g.pins(sctx)
             results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
             if "sat" in [r for r, _, _ in results]:
@@ -344,7 +371,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
         verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter,
                                                              vllm)
     else:
-        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant, release=release)
+        ctx = _ctx(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+                   release=release)
         q = lifecycle_step_query(ob, ctx)
         r = rq = z3.unsat
         for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
@@ -373,6 +401,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
                 inv_rule = ctx.rule
                 if not invariant_ok.get(inv_rule, False):
                     verdict, detail = "unknown", f"invariant of {inv_rule} not proved"
+                elif ctx.s.L is not None:  # the invariant is proved for L = 0 only
+                    verdict, detail = "unknown", (f"invariant of {inv_rule} not proved with "
+                                                  "lookahead block hashes (L >= 1)")
                 scope += _RESTS_ON
             scope += ")"
         else:
@@ -446,8 +477,9 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
     non_vacuous = True
     failed = []
     for g in ob.grid:
-        ctx = _ctx(rule, model, lookup_variant=ob.lookup_variant,
-                   release=matrix.representative(vllm))
+        release = matrix.representative(vllm)
+        ctx = _ctx(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+                   release=release)
         ctx.pins = g.pins(ctx)
         q = lifecycle_step_query(ob, ctx)
         r, _ = _decide(q, ctx, True, meter)

@@ -25,6 +25,11 @@ from kvreach.scenario import Scenario
 # PR #54362's worked example.
 PR_54362 = Scenario(swa_block_size=4, window=16, prompt=1200, budget=1000, full_block_size=36)
 
+# vLLM 0.34.0 with lookahead block hashes (L = 1): the prompt's hashed end
+# taken as its horizon (F14): full 8, SWA 2, window 4, a 14-token prompt.
+LOOKAHEAD_HASHED_END = Scenario(swa_block_size=2, window=4, prompt=14, budget=100,
+                                full_block_size=8, hash_lookahead_tokens=1)
+
 # The measurement of window 17, a prompt of 33 alignments (F6).
 MEASURED_W17 = replace(PR_54362, window=17, prompt=1188)
 

@@ -173,6 +173,9 @@ SOUNDNESS = Obligation(
     step_violation=_sound_step, bmc_violation=_sound_bmc,
     rules=("vllm-0.29", "vllm-0.33"),
     vllm_replay=Replay("lifecycle", "violating"),
+    # vLLM 0.34.0's lookahead hashes (L symbolic: runner.models_lookahead):
+    # the step's hashed prompt horizon, F14
+    reads=frozenset({"lookahead_hashes"}),
 )
 COMPLETENESS = Obligation(
     "completeness",
