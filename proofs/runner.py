@@ -183,11 +183,36 @@ def default_vllm(name: str, rule: str) -> str:
 _RESTS_ON = "".join(f", invariant obligation '{inv.name}'" for inv in INVARIANTS)
 
 
+# ``kvreach counterexample --hash-lookahead-tokens N``: L pinned to N in the
+# contexts of a lookahead row (:func:`pinned_lookahead`); None: L symbolic.
+_PINNED_L: list[int] = []
+
+
+class pinned_lookahead:
+    """``with pinned_lookahead(N):`` the rows run inside search with L = N
+    (a lookahead row's contexts get the pin ``L == N``; None: no pin)."""
+
+    def __init__(self, tokens: int | None):
+        self.tokens = tokens
+
+    def __enter__(self):
+        if self.tokens is not None:
+            _PINNED_L.append(self.tokens)
+
+    def __exit__(self, *exc):
+        if self.tokens is not None:
+            _PINNED_L.pop()
+
+
 def _ctx(rule: str, model: str, lookahead: bool = False, **kw) -> Ctx:
     """``lookahead``: the configuration has vLLM 0.34.0's lookahead-hash
-    parameters (:func:`models_lookahead`)."""
-    return Ctx(SymConfig.fresh(lookahead=lookahead), "vllm-0.33" if rule == "any" else rule,
-               "intended" if model == "any" else model, **kw)
+    parameters (:func:`models_lookahead`), L pinned inside
+    :class:`pinned_lookahead`."""
+    ctx = Ctx(SymConfig.fresh(lookahead=lookahead), "vllm-0.33" if rule == "any" else rule,
+              "intended" if model == "any" else model, **kw)
+    if lookahead and _PINNED_L:
+        ctx.pins = [ctx.s.L == _PINNED_L[-1]]
+    return ctx
 
 
 def models_lookahead(ob: Obligation, release: Release) -> bool:
@@ -339,6 +364,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     scope = ob.scope
     if models_lookahead(ob, release):
         scope += SCOPE_LOOKAHEAD_SYMBOLIC
+        if _PINNED_L:  # kvreach counterexample --hash-lookahead-tokens
+            scope += f"; here L pinned to {_PINNED_L[-1]}"
     elif any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
         scope += SCOPE_LOOKAHEAD_OFF
     if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)) and ob.world == "vllm":
@@ -432,7 +459,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
               solver_seconds=solve._solver_seconds - solver0,
               cached=(solve._cache_counts["solved"] == counts0["solved"]
                       and solve._cache_counts["hit"] > counts0["hit"]), vllm=vllm)
-    if cache.enabled() and row.ok_apart_from_expected():
+    if cache.enabled() and row.ok_apart_from_expected() and not _PINNED_L:  # a pinned L is no row
         cache.row_store(row.key, {k: getattr(row, k) for k in _KEPT},
                         row_sats + _mutant_sats.get(name, []))
     return row
