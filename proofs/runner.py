@@ -183,14 +183,16 @@ def default_vllm(name: str, rule: str) -> str:
 _RESTS_ON = "".join(f", invariant obligation '{inv.name}'" for inv in INVARIANTS)
 
 
-# ``kvreach counterexample --hash-lookahead-tokens N``: L pinned to N in the
-# contexts of a lookahead row (:func:`pinned_lookahead`); None: L symbolic.
+# ``kvreach counterexample --hash-lookahead-tokens N``: a lookahead row's
+# counterexample search with L = N (:func:`pinned_lookahead`). Its induction
+# step stays the row's (L symbolic: a proof is for every L; pinned, Z3 spent
+# the whole 200 M budget on the step that is sat in 1 M symbolic).
 _PINNED_L: list[int] = []
 
 
 class pinned_lookahead:
-    """``with pinned_lookahead(N):`` the rows run inside search with L = N
-    (a lookahead row's contexts get the pin ``L == N``; None: no pin)."""
+    """``with pinned_lookahead(N):`` the rows run inside search for a
+    counterexample with L = N (:func:`find_counterexample`; None: no pin)."""
 
     def __init__(self, tokens: int | None):
         self.tokens = tokens
@@ -206,13 +208,9 @@ class pinned_lookahead:
 
 def _ctx(rule: str, model: str, lookahead: bool = False, **kw) -> Ctx:
     """``lookahead``: the configuration has vLLM 0.34.0's lookahead-hash
-    parameters (:func:`models_lookahead`), L pinned inside
-    :class:`pinned_lookahead`."""
-    ctx = Ctx(SymConfig.fresh(lookahead=lookahead), "vllm-0.33" if rule == "any" else rule,
-              "intended" if model == "any" else model, **kw)
-    if lookahead and _PINNED_L:
-        ctx.pins = [ctx.s.L == _PINNED_L[-1]]
-    return ctx
+    parameters (:func:`models_lookahead`)."""
+    return Ctx(SymConfig.fresh(lookahead=lookahead), "vllm-0.33" if rule == "any" else rule,
+               "intended" if model == "any" else model, **kw)
 
 
 def models_lookahead(ob: Obligation, release: Release) -> bool:
@@ -251,7 +249,9 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
     # models_lookahead) first at F14's example (L = 1, a finished request:
     # the class the mode adds), then as every row
     passes = [(lambda ctx, trs: decode.pr_example_pins(ctx), True), (None, False)]
-    if models_lookahead(ob, _release(name, rule, vllm)) and geometry is None:
+    lookahead = models_lookahead(ob, _release(name, rule, vllm))
+    pinned_l = _PINNED_L[-1] if lookahead and _PINNED_L else None
+    if lookahead and geometry is None and pinned_l in (None, 1):
         passes.insert(0, (decode.lookahead_example_pins, True))
     for example_pins, pinned in passes:
         if pinned and shaped is False:
@@ -274,6 +274,8 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     if pinned else decode.readable_bounds(ctx)
                 )
             shapes = _shapes(ob, ctx, pinned, shaped)
+            if pinned_l is not None:
+                shapes = [shape + [ctx.s.L == pinned_l] for shape in shapes]
             if named and store_fn is None and ob.named_shapes is not None:
                 shapes = list(ob.named_shapes(ctx, sts, trs)) + shapes
             for shape in shapes:
@@ -365,7 +367,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     if models_lookahead(ob, release):
         scope += SCOPE_LOOKAHEAD_SYMBOLIC
         if _PINNED_L:  # kvreach counterexample --hash-lookahead-tokens
-            scope += f"; here L pinned to {_PINNED_L[-1]}"
+            scope += f"; a counterexample searched with L = {_PINNED_L[-1]}"
     elif any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
         scope += SCOPE_LOOKAHEAD_OFF
     if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)) and ob.world == "vllm":
