@@ -64,13 +64,20 @@ SCOPE_STATIC = SCOPE_SYMBOLIC + "; a single symbolic chunk / boundary / horizon 
 SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
 
 
-# A row whose releases have lookahead block hashes (vLLM 0.34.0): the mode is
-# not in the spec, so the row is about num_hash_lookahead_tokens L = 0 only
+# A row whose releases have lookahead block hashes (vLLM 0.34.0) and whose
+# obligation does not read the part: the row is about num_hash_lookahead_tokens L = 0 only
 # (no EAGLE/MTP draft, or disable_lookahead_block_hashes); and world "vllm"'s
 # over-approximation of 0.34.0's junction and failed transfers.
 SCOPE_LOOKAHEAD_OFF = (
     "; vLLM 0.34.0 with lookahead block hashes off only (num_hash_lookahead_tokens L = 0: "
     "no EAGLE/MTP draft, or disable_lookahead_block_hashes; L >= 1 is not modelled)"
+)
+# A row whose obligation reads the part (``rows.models_lookahead``): L symbolic.
+SCOPE_LOOKAHEAD_SYMBOLIC = (
+    "; vLLM 0.34.0's lookahead block hashes symbolic: num_hash_lookahead_tokens L >= 0 "
+    "(L = 0: off; L >= 1: the hashed cap of _calc_num_offloadable_tokens and the step's "
+    "hashed prompt horizon, an EAGLE group stored as a plain SWA group without a final tail), "
+    "tokens_per_hash >= 1 dividing B and the alignment; the counterexample search tries L >= 1 first"
 )
 SCOPE_WORLD_VLLM_034 = (
     "; 0.34.0's shared-prefix junction on lookup within shared_prefix_boundary's any value, "

@@ -71,20 +71,47 @@ class _Invariants(dict):
         return self[rule]
 
 
+def check_lookahead(obligation: str, rule: str, load_model: str, group: str,
+                    hash_lookahead_tokens: int | None) -> None:
+    """``--hash-lookahead-tokens N``: ParamError unless N >= 0 and, for
+    N >= 1, the row has L symbolic (:func:`rows.models_lookahead`: its
+    obligation models lookahead block hashes and its releases have them)."""
+    from kvreach.params import ParamError
+    from kvreach.proofs.matrix import representative
+
+    if hash_lookahead_tokens is None:
+        return
+    if hash_lookahead_tokens < 0:
+        raise ParamError("hash_lookahead_tokens", hash_lookahead_tokens, "an integer >= 0")
+    if hash_lookahead_tokens and not rows.models_lookahead(OBLIGATIONS[obligation],
+                                                             representative(group)):
+        have = [g for _, _, _, g in rows.rows_for(obligation, rule, load_model)
+                if rows.models_lookahead(OBLIGATIONS[obligation], representative(g))]
+        raise ParamError("hash_lookahead_tokens", hash_lookahead_tokens,
+                         f"0 for the '{obligation}' row about vLLM {group} (it is about L = 0: "
+                         + ("its obligation does not model lookahead block hashes)" if not have
+                            else "its releases have no lookahead block hashes; the row with L "
+                            "symbolic is about " + " or ".join(have) + ")"))
+
+
 def search(obligation: str, rule: str | None, load_model: str | None,
-           vllm: str | None = None) -> Search:
+           vllm: str | None = None, hash_lookahead_tokens: int | None = None) -> Search:
     """The row as ``kvreach prove`` runs it (:func:`runner.run_row`): a
     lifecycle row whose induction step fails gets the runner's BMC search,
     and its rule's invariant rows run only when a proof rests on them. So
     the search spends what the row spends in the run (plus, for a proof,
     its invariant's rows). A lifecycle counterexample that does not replay
-    through the executable rule gets a ``detail`` saying so."""
+    through the executable rule gets a ``detail`` saying so.
+    ``hash_lookahead_tokens``: vLLM 0.34.0's L pinned to that value in a row
+    with L symbolic (:func:`check_lookahead`); None: L as the row has it."""
     ob = OBLIGATIONS[obligation]
     r, m = row_key(obligation, rule, load_model)
     group = vllm_group(obligation, r, m, vllm)
+    check_lookahead(obligation, r, m, group, hash_lookahead_tokens)
     ctx = rows.ctx_for(r, m)  # the runner's concrete rule and model for "any"
     s = Search(obligation, r, m, ctx.rule, ctx.model, vllm=group)
-    row = runner.run_row(obligation, r, m, _Invariants(), group)
+    with rows.pinned_lookahead(hash_lookahead_tokens):
+        row = runner.run_row(obligation, r, m, _Invariants(), group)
     s.verdict, s.detail, s.counterexample = row.verdict, row.detail, row.counterexample
     found = re.search(r"counterexample by BMC, (\d+) step", row.scope)
     s.depth = int(found.group(1)) if found else None

@@ -13,10 +13,11 @@ from kvreach.impl.rules import store_step
 from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
 from kvreach.proofs.lookup_groups import lookup_groups_of, lookup_parts_of, release_of  # noqa: F401
-from kvreach.proofs.scenarios import PR_54362
+from kvreach.proofs.scenarios import LOOKAHEAD_HASHED_END, PR_54362
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
+from kvreach.scenario import tokens_per_hash
 from kvreach.spec.config import to_concrete
-from kvreach.spec.lifecycle import K_PREFILL, K_START, K_START_LOADED, KINDS, O_ACCEPT
+from kvreach.spec.lifecycle import K_ABORT, K_PREFILL, K_START, K_START_LOADED, KINDS, O_ACCEPT
 
 def pr_example_pins(ctx) -> list:
     """PR #54362's worked example (``scenarios.PR_54362``): full-attention
@@ -28,6 +29,23 @@ def pr_example_pins(ctx) -> list:
         s.B == ex.swa_block_size, s.W == ex.window, s.has_align, s.A == ex.alignment_tokens,
         s.bpc == ex.blocks_per_chunk, z3.Not(s.eagle), s.retention_mode == RetentionMode.NONE, s.P == ex.prompt,
         s.prompt_only, z3.Not(s.has_max), ctx.budget == ex.budget,
+    ]
+
+
+def lookahead_example_pins(ctx, trs) -> list:
+    """F14's example (``scenarios.LOOKAHEAD_HASHED_END``, vLLM 0.34.0 with
+    lookahead block hashes): full-attention block 8 (alignment 8), SWA block
+    2, window 4, a 14-token prompt, budget 100, L = 1 (``tokens_per_hash``
+    2, the GCD of the blocks); a finished request (the last step not an
+    abort). Only for a configuration with the mode (``ctx.s.L``)."""
+    s, ex = ctx.s, LOOKAHEAD_HASHED_END
+    assert s.L is not None
+    return [
+        s.B == ex.swa_block_size, s.W == ex.window, s.has_align, s.A == ex.full_block_size,
+        s.bpc == 1, z3.Not(s.eagle), s.retention_mode == RetentionMode.NONE, s.P == ex.prompt,
+        s.prompt_only, z3.Not(s.has_max), ctx.budget == ex.budget,
+        s.L == ex.hash_lookahead_tokens, s.tokens_per_hash == tokens_per_hash(ex),
+        trs[-1].kind != K_ABORT,
     ]
 
 

@@ -13,7 +13,7 @@ from importlib import resources
 from kvreach.params import LOAD_MODELS, RULES
 from kvreach.proofs import matrix
 from kvreach.proofs.config import EXPECTED
-from kvreach.proofs.framework import Ctx
+from kvreach.proofs.framework import Ctx, Obligation
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig
@@ -115,11 +115,45 @@ def default_vllm(name: str, rule: str) -> str:
     return matrix.group_name(next((g for g in gs if DEFAULT_RELEASE in g), gs[-1]))
 
 
-def ctx_for(rule: str, model: str, **kw) -> Ctx:
+def ctx_for(rule: str, model: str, lookahead: bool = False, **kw) -> Ctx:
     """A row's query context: fresh symbols, its rule and load model (a row
-    about "any" of them is run under vllm-0.33 / intended)."""
-    return Ctx(SymConfig.fresh(), "vllm-0.33" if rule == "any" else rule,
+    about "any" of them is run under vllm-0.33 / intended). ``lookahead``:
+    the configuration has vLLM 0.34.0's lookahead-hash parameters
+    (:func:`models_lookahead`)."""
+    return Ctx(SymConfig.fresh(lookahead=lookahead), "vllm-0.33" if rule == "any" else rule,
                "intended" if model == "any" else model, **kw)
+
+
+def models_lookahead(ob: Obligation, release: Release) -> bool:
+    """The row's queries have vLLM 0.34.0's lookahead block hashes as a
+    symbolic parameter (``num_hash_lookahead_tokens`` L >= 0,
+    ``SymConfig.fresh(lookahead=True)``): the obligation reads the part
+    (``Release.lookahead_hashes`` in :attr:`Obligation.reads`) and the row's
+    releases have it. Any other row about 0.34.0 is scoped L = 0."""
+    return "lookahead_hashes" in ob.reads and release.lookahead_hashes
+
+
+# ``kvreach counterexample --hash-lookahead-tokens N``: a lookahead row's
+# counterexample search with L = N (:class:`pinned_lookahead`). Its induction
+# step stays the row's (L symbolic: a proof is for every L; pinned, Z3 spent
+# the whole 200 M budget on the step that is sat in 1 M symbolic).
+PINNED_L: list[int] = []
+
+
+class pinned_lookahead:
+    """``with pinned_lookahead(N):`` the rows run inside search for a
+    counterexample with L = N (``search.find_counterexample``; None: no pin)."""
+
+    def __init__(self, tokens: int | None):
+        self.tokens = tokens
+
+    def __enter__(self):
+        if self.tokens is not None:
+            PINNED_L.append(self.tokens)
+
+    def __exit__(self, *exc):
+        if self.tokens is not None:
+            PINNED_L.pop()
 
 
 def release_for(name: str, rule: str, vllm: str | None) -> Release:

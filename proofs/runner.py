@@ -26,14 +26,15 @@ import z3
 from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (each module patched where it reads them).
 from kvreach.proofs.config import (
-    BMC_DEPTHS, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF, SCOPE_WORLD_VLLM_034, VACUITY_RL,
+    BMC_DEPTHS, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF, SCOPE_LOOKAHEAD_SYMBOLIC,
+    SCOPE_WORLD_VLLM_034, VACUITY_RL,
 )
 from kvreach.proofs.framework import Ctx, Query, Role
 from kvreach.proofs.induction import invariant_base_query, lemma_queries, lifecycle_step_query
 from kvreach.proofs import mutant_check
 from kvreach.proofs.mutant_check import run_mutant
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
-from kvreach.proofs.rows import Row, ctx_for, default_vllm
+from kvreach.proofs.rows import PINNED_L, Row, ctx_for, default_vllm, models_lookahead
 from kvreach.proofs.search import find_counterexample, grid_counterexample, static_cex
 from kvreach.proofs.solve import Meter, charge, check_terms, decide, solve_cases, still_sat
 from kvreach.releases import release as release_of
@@ -96,15 +97,22 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     solver0, counts0, sats0 = solve._solver_seconds, dict(solve._cache_counts), len(solve._sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
-    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
-        scope += SCOPE_LOOKAHEAD_OFF + (SCOPE_WORLD_VLLM_034 if ob.world == "vllm" else "")
+    if models_lookahead(ob, release):
+        scope += SCOPE_LOOKAHEAD_SYMBOLIC
+        if PINNED_L:  # kvreach counterexample --hash-lookahead-tokens
+            scope += f"; a counterexample searched with L = {PINNED_L[-1]}"
+    elif any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
+        scope += SCOPE_LOOKAHEAD_OFF
+    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)) and ob.world == "vllm":
+        scope += SCOPE_WORLD_VLLM_034
     detail = ""
     cex = None
     if ob.kind == "static":
-        sctx = ctx_for(rule, model, lookup_variant=ob.lookup_variant, release=release)
+        la = models_lookahead(ob, release)
+        sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
         for g in (ob.grid or (None,)):
             if g is not None:
-                sctx = ctx_for(rule, model, lookup_variant=ob.lookup_variant, release=release)
+                sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
                 sctx.pins = g.pins(sctx)
             results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
             if "sat" in [r for r, _, _ in results]:
@@ -125,7 +133,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
         verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter,
                                                              vllm)
     else:
-        ctx = ctx_for(rule, model, lookup_variant=ob.lookup_variant, release=release)
+        ctx = ctx_for(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+                      release=release)
         q = lifecycle_step_query(ob, ctx)
         r = rq = z3.unsat
         for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
@@ -154,6 +163,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
                 inv_rule = ctx.rule
                 if not invariant_ok.get(inv_rule, False):
                     verdict, detail = "unknown", f"invariant of {inv_rule} not proved"
+                elif ctx.s.L is not None:  # the invariant is proved for L = 0 only
+                    verdict, detail = "unknown", (f"invariant of {inv_rule} not proved with "
+                                                  "lookahead block hashes (L >= 1)")
                 scope += RESTS_ON
             scope += ")"
         else:
@@ -183,7 +195,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
               solver_seconds=solve._solver_seconds - solver0,
               cached=(solve._cache_counts["solved"] == counts0["solved"]
                       and solve._cache_counts["hit"] > counts0["hit"]), vllm=vllm)
-    if cache.enabled() and row.ok_apart_from_expected():
+    if cache.enabled() and row.ok_apart_from_expected() and not PINNED_L:  # a pinned L is no row
         cache.row_store(row.key, {k: getattr(row, k) for k in _KEPT},
                         row_sats + mutant_sats)
     return row
@@ -228,8 +240,9 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
     non_vacuous = True
     failed = []
     for g in ob.grid:
-        ctx = ctx_for(rule, model, lookup_variant=ob.lookup_variant,
-                   release=matrix.representative(vllm))
+        release = matrix.representative(vllm)
+        ctx = ctx_for(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+                      release=release)
         ctx.pins = g.pins(ctx)
         q = lifecycle_step_query(ob, ctx)
         r, _ = decide(q, ctx, True, meter)

@@ -25,6 +25,11 @@ from kvreach.scenario import Scenario
 # PR #54362's worked example.
 PR_54362 = Scenario(swa_block_size=4, window=16, prompt=1200, budget=1000, full_block_size=36)
 
+# vLLM 0.34.0 with lookahead block hashes (L = 1): the prompt's hashed end
+# taken as its horizon (F14): full 8, SWA 2, window 4, a 14-token prompt.
+LOOKAHEAD_HASHED_END = Scenario(swa_block_size=2, window=4, prompt=14, budget=100,
+                                full_block_size=8, hash_lookahead_tokens=1)
+
 # The measurement of window 17, a prompt of 33 alignments (F6).
 MEASURED_W17 = replace(PR_54362, window=17, prompt=1188)
 
@@ -206,14 +211,12 @@ FINDINGS: tuple[Finding, ...] = (
             "counterexample, decoded by kvreach counterexample computed-before-stored-restarts); "
             "tests/vllm/test_error_finish_vllm.py runs the 8-token case on the installed "
             "release's scheduler"),
-    Finding("F14", "vLLM 0.34.0 with lookahead block hashes takes the prompt's hashed end as "
-            "its final horizon and stores a final-segment tail no later lookup loads "
-            "(chunk 4 of a 14-token prompt, chunk 292 of PR #54362's 1188-token geometry)",
-            "reading 0.34.0's _calc_num_offloadable_tokens and replaying it on its scheduler",
-            no_scenario="the spec evaluator and the proof run have no lookahead-hash parameter "
-            "(every row about 0.34.0 is about L = 0); kvreach simulate --hash-lookahead-tokens 1 "
-            "shows it and tests/vllm/test_release_0_34_0_vllm.py (-k hashed) checks it on "
-            "0.34.0's scheduler"),
+    Finding("F14", "vLLM 0.34.0 with lookahead block hashes (L = 1) takes the prompt's hashed end "
+            "(12 of 14 tokens: 6 chunks) as its horizon while the prompt is computed and stores "
+            "that horizon's final-segment tail, chunk 4, which no hit boundary of the final "
+            "horizon (7 chunks) requests",
+            "soundness", "simulate", "vllm-0.33", LOOKAHEAD_HASHED_END,
+            stored_not_loadable=frozenset({4})),
 )
 
 

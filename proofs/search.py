@@ -16,7 +16,7 @@ from kvreach.proofs.flatten import flat_terms
 from kvreach.proofs.framework import Ctx, Query
 from kvreach.proofs.induction import bmc_query
 from kvreach.proofs.obligations import OBLIGATIONS
-from kvreach.proofs.rows import ctx_for, release_for
+from kvreach.proofs.rows import PINNED_L, ctx_for, models_lookahead, release_for
 from kvreach.proofs.solve import Meter, check_terms
 
 
@@ -24,7 +24,9 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                         meter: Meter | None = None, geometry=None, shaped: bool | None = None,
                         vllm: str | None = None, named: bool | None = None):
     """BMC from the initial state; first pinned to PR #54362's worked example
-    (so regressions decode to its numbers), then over every configuration.
+    (so regressions decode to its numbers; a row with vLLM 0.34.0's
+    lookahead hashes symbolic first to F14's, ``decode.lookahead_example_pins``),
+    then over every configuration.
     With a ``geometry`` (grid obligations): its pins throughout, first at its
     example. Each query gets ``CHECK_RL`` resources (within what ``meter`` has left).
     ``shaped``: only (True) or never (False) in a shape the real scheduler
@@ -37,12 +39,21 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
         named = ob.named_bmc
     if geometry is None and ob.grid:
         return grid_counterexample(name, rule, model, ob.grid, store_fn, meter, vllm, named)[0]
-    for pinned in (True, False):
+    # (the example the pass pins, pinned): a lookahead row (L symbolic,
+    # models_lookahead) first at F14's example (L = 1, a finished request:
+    # the class the mode adds), then as every row
+    passes = [(lambda ctx, trs: decode.pr_example_pins(ctx), True), (None, False)]
+    release = release_for(name, rule, vllm)
+    lookahead = models_lookahead(ob, release)
+    pinned_l = PINNED_L[-1] if lookahead and PINNED_L else None
+    if lookahead and geometry is None and pinned_l in (None, 1):
+        passes.insert(0, (decode.lookahead_example_pins, True))
+    for example_pins, pinned in passes:
         if pinned and shaped is False:
             continue  # the shaped pass searched at the example (its shape is its own)
         for depth in (ob.bmc_depths or BMC_DEPTHS):
-            ctx = ctx_for(rule, model, store_fn=store_fn, lookup_variant=ob.lookup_variant,
-                       release=release_for(name, rule, vllm))
+            ctx = ctx_for(rule, model, lookahead, store_fn=store_fn,
+                          lookup_variant=ob.lookup_variant, release=release)
             if geometry is not None:
                 ctx.pins = geometry.pins(ctx)
             q, sts, trs = bmc_query(ob, ctx, depth)
@@ -53,10 +64,12 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                     continue
             else:
                 extra = (
-                    decode.pr_example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
+                    example_pins(ctx, trs) + decode.scheduler_cut(ctx, sts, trs)
                     if pinned else decode.readable_bounds(ctx)
                 )
             shapes = _shapes(ob, ctx, pinned, shaped)
+            if pinned_l is not None:
+                shapes = [shape + [ctx.s.L == pinned_l] for shape in shapes]
             if named and store_fn is None and ob.named_shapes is not None:
                 shapes = list(ob.named_shapes(ctx, sts, trs)) + shapes
             for shape in shapes:
@@ -109,7 +122,9 @@ def static_counterexample(name: str, rule: str, model: str, geometry,
     """A grid static obligation's counterexample in one geometry (tests/vllm
     replays each), or None where its queries there are not sat."""
     ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
-    sctx = ctx_for(rule, model, lookup_variant=ob.lookup_variant, release=release_for(name, rule, vllm))
+    release = release_for(name, rule, vllm)
+    sctx = ctx_for(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+                   release=release)
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):
         r, m = check_terms(q.premise + [q.violation], LEAF_RL, meter)

@@ -14,6 +14,14 @@ Boolean; ``well_formed()`` states what vLLM 0.33.0 accepts. Units:
 - alignment: ``A = alignment_blocks * B`` (``alignment_tokens`` representable per block) or
   none. ``alignment_tokens % B != 0`` (vLLM's deliberate dense fallback) is
   outside the symbolic scope; see docs/spec.md.
+- lookahead block hashes (vLLM 0.34.0's rows only, :meth:`SymConfig.fresh`
+  with ``lookahead=True``): ``L`` = ``num_hash_lookahead_tokens`` (>= 0) and
+  ``tokens_per_hash`` (the hash block, dividing ``B`` and ``A``); with
+  ``L >= 1`` ``_calc_num_offloadable_tokens`` is capped by the hashed tokens
+  ``(num_tokens - L) // tokens_per_hash * tokens_per_hash`` and an EAGLE group
+  is stored and looked up as a plain SWA group (:attr:`SymConfig.legacy_eagle`)
+  except for its final tail (``is_eagle_group`` alone: :attr:`SymConfig.eagle`).
+  None in every other row (their terms are the ones without the mode).
 - retention: ``retention_mode``, a ``kvreach.params.RetentionMode`` (NONE / ZERO /
   POSITIVE: interval None / 0 / >0) as a Z3 integer, with ``R = Rc * C`` (vLLM requires a
   multiple of the SWA chunk, ``SchedulerOffloadConfig.from_spec``).
@@ -45,9 +53,11 @@ class SymConfig:
     has_max: z3.BoolRef
     max_off: z3.ArithRef
     prompt_only: z3.BoolRef
+    L: z3.ArithRef | None = None  # num_hash_lookahead_tokens (lookahead rows only)
+    tokens_per_hash: z3.ArithRef | None = None
 
     @staticmethod
-    def fresh(prefix: str = "") -> "SymConfig":
+    def fresh(prefix: str = "", lookahead: bool = False) -> "SymConfig":
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
         # Code reads only the attribute alignment_blocks; the Z3 constant keeps
@@ -63,13 +73,31 @@ class SymConfig:
             Rc=I("retention_chunks"), P=I("prompt_tokens"),
             has_max=Bo("has_max_offload"), max_off=I("max_offload_tokens"),
             prompt_only=Bo("offload_prompt_only"),
+            # declared last: the other constants' names and order are unchanged
+            L=I("hash_lookahead_tokens") if lookahead else None,
+            tokens_per_hash=I("tokens_per_hash") if lookahead else None,
         )
 
     # --- derived --------------------------------------------------------
     @property
+    def lookahead(self) -> z3.BoolRef:
+        """``use_lookahead_block_hashes`` (``num_hash_lookahead_tokens > 0``)."""
+        return z3.BoolVal(False) if self.L is None else self.L > 0
+
+    @property
+    def legacy_eagle(self) -> z3.BoolRef:
+        """An EAGLE group with legacy hashes (``is_eagle_group and not
+        use_lookahead_block_hashes``, vLLM 0.34.0 ``_build_store_jobs``,
+        ``storable_chunks``' ``apply_eagle_drop`` and the lookup): the mask's
+        ``use_eagle``, the trailing drop. ``eagle`` itself is
+        ``is_eagle_group`` (``store_horizon_chunks``,
+        ``_final_swa_alignment_blocks``: no final tail either way)."""
+        return self.eagle if self.L is None else z3.And(self.eagle, z3.Not(self.lookahead))
+
+    @property
     def shift(self) -> z3.ArithRef:
         """EAGLE shift (``reachable_block_mask``: shift = 1 if use_eagle)."""
-        return z3.If(self.eagle, 1, 0)
+        return z3.If(self.legacy_eagle, 1, 0)
 
     @property
     def need(self) -> z3.ArithRef:
@@ -101,19 +129,53 @@ class SymConfig:
 
     @property
     def prompt_offloadable(self) -> z3.ArithRef:
-        """``prompt_offloadable_tokens``: ``offloadable(P, P)``."""
-        return self.offloadable(self.P, self.P)
+        """``prompt_offloadable_tokens``: ``offloadable(P, P)``; under
+        lookahead hashes its value once the prompt is hashed (``num_tokens >=
+        P + L``), the hashed cap left out (a step reads
+        :meth:`prompt_offloadable_at`)."""
+        return self._caps(z3_min(self.P, self.P))  # offloadable(P, P)'s term, as before
 
     @property
     def prompt_horizon(self) -> z3.ArithRef:
         """``prompt_offloadable_tokens // tokens_per_chunk`` (in chunks)."""
         return self.prompt_offloadable / self.C
 
-    def offloadable(self, tokens, num_tokens) -> z3.ArithRef:
-        """``_calc_num_offloadable_tokens``."""
-        n = z3_min(tokens, num_tokens)
+    def hashed_tokens(self, num_tokens) -> z3.ArithRef:
+        """``len(req.block_hashes) * tokens_per_hash`` of a request of
+        ``num_tokens`` tokens under lookahead hashes
+        (``get_request_block_hasher``: a block hash also covers the L tokens
+        after it)."""
+        assert self.L is not None
+        return z3_max(0, num_tokens - self.L) / self.tokens_per_hash * self.tokens_per_hash
+
+    def _hashed_cap(self, n, num_tokens) -> z3.ArithRef:
+        if self.L is None:
+            return n
+        return z3.If(self.lookahead, z3_min(n, self.hashed_tokens(num_tokens)), n)
+
+    def _caps(self, n) -> z3.ArithRef:
         n = z3.If(self.has_max, z3_min(n, self.max_off), n)
         return z3.If(self.prompt_only, z3_min(n, self.P), n)
+
+    def offloadable(self, tokens, num_tokens) -> z3.ArithRef:
+        """``_calc_num_offloadable_tokens`` (0.34.0: also capped by the
+        hashed tokens under lookahead hashes)."""
+        return self._caps(self._hashed_cap(z3_min(tokens, num_tokens), num_tokens))
+
+    def prompt_offloadable_at(self, num_tokens) -> z3.ArithRef:
+        """``prompt_offloadable_tokens`` of a ``_build_store_jobs`` call that
+        sees ``Request.num_tokens`` = ``num_tokens`` (``>= P``):
+        ``_calc_num_offloadable_tokens(req_status, num_prompt_tokens)``, whose
+        hashed cap reads the request's block hashes now (vLLM 0.34.0, L >= 1:
+        below the prompt's end until L tokens past it are known, the prompt
+        horizon is the hashed end). Without the mode: :attr:`prompt_offloadable`."""
+        if self.L is None:
+            return self.prompt_offloadable
+        return self._caps(self._hashed_cap(self.P, num_tokens))
+
+    def prompt_horizon_at(self, num_tokens) -> z3.ArithRef:
+        """:meth:`prompt_offloadable_at` in chunks (``prompt_horizon_chunks``)."""
+        return self.prompt_offloadable_at(num_tokens) / self.C
 
     @property
     def replay_boundary(self) -> z3.ArithRef:
@@ -139,8 +201,17 @@ class SymConfig:
             self.Rc >= 1,
             z3.Implies(z3.Not(self.has_align), self.retention_mode == RetentionMode.NONE),
             self.P >= 1, self.max_off >= 0,
+            *self._lookahead_well_formed(),
         )
 
+    def _lookahead_well_formed(self) -> list:
+        """L >= 0; ``tokens_per_hash`` the GCD of the groups' blocks times DCP
+        (``resolve_kv_cache_block_sizes``), so it divides ``B`` and, with a
+        full-attention group, its chunk ``A``."""
+        if self.L is None:
+            return []
+        return [self.L >= 0, self.tokens_per_hash >= 1, self.B % self.tokens_per_hash == 0,
+                z3.Implies(self.has_align, self.A % self.tokens_per_hash == 0)]
     def equals(self, g: GroupConfig, r: RequestConfig) -> z3.BoolRef:
         """Pin the symbolic configuration to concrete values (evaluation)."""
         if g.alignment_tokens is not None and not g.representable:
@@ -151,6 +222,10 @@ class SymConfig:
             self.P == r.prompt_tokens, self.prompt_only == r.offload_prompt_only,
             self.has_max == (r.max_offload_tokens is not None),
         ]
+        if self.L is not None:
+            eqs += [self.L == r.hash_lookahead_tokens, self.tokens_per_hash == r.tokens_per_hash]
+        elif r.hash_lookahead_tokens:
+            raise ValueError("hash_lookahead_tokens > 0 needs SymConfig.fresh(lookahead=True)")
         if g.alignment_tokens is not None:
             eqs.append(self.A == g.alignment_tokens)
         if r.max_offload_tokens is not None:
@@ -183,6 +258,7 @@ def to_concrete(m: z3.ModelRef, s: SymConfig) -> tuple[GroupConfig, RequestConfi
         block_size=v(s.B), window=v(s.W),
         alignment_tokens=v(s.A) if has_align else None,
         blocks_per_chunk=v(s.bpc), eagle=b(s.eagle),
+        lookahead_hashes=s.L is not None and v(s.L) > 0,
         retention_interval=(
             None if retention_mode == RetentionMode.NONE or not has_align
             else 0 if retention_mode == RetentionMode.ZERO else v(s.Rc) * v(s.C)
@@ -192,5 +268,7 @@ def to_concrete(m: z3.ModelRef, s: SymConfig) -> tuple[GroupConfig, RequestConfi
         prompt_tokens=v(s.P),
         max_offload_tokens=v(s.max_off) if b(s.has_max) else None,
         offload_prompt_only=b(s.prompt_only),
+        hash_lookahead_tokens=0 if s.L is None else v(s.L),
+        tokens_per_hash=1 if s.L is None else v(s.tokens_per_hash),
     )
     return g, r

@@ -144,9 +144,15 @@ class Evaluator(Pinned):
     """The spec at one concrete configuration. Reuse one instance for many
     terms: the pins are asserted once in an incremental solver."""
 
-    def __init__(self, g: GroupConfig, r: RequestConfig, timeout_ms: int = 10_000):
+    def __init__(self, g: GroupConfig, r: RequestConfig, timeout_ms: int = 10_000,
+                 lookahead: bool | None = None):
+        """``lookahead``: the configuration has vLLM 0.34.0's lookahead-hash
+        parameters (``SymConfig.fresh(lookahead=True)``, pinned to the
+        request's L); None: when the request has L >= 1."""
         self.g, self.r = g, r
-        self.s = SymConfig.fresh("ev_")
+        if lookahead is None:
+            lookahead = r.hash_lookahead_tokens > 0
+        self.s = SymConfig.fresh("ev_", lookahead=lookahead)
         if g.mask_window_tokens < 2:
             raise EvalError("window 1 is outside the symbolic scope (well_formed: W >= 2)")
         try:
@@ -182,19 +188,26 @@ class Evaluator(Pinned):
             load.needed(self.s, model, c, L, H), L, range(-bpc, (H + 1) * bpc + 1)
         )
 
-    def store_step(self, rule: str, cursor: int, n: int, finished: bool, c: int):
+    def store_step(self, rule: str, cursor: int, n: int, finished: bool, c: int,
+                   num_tokens: int | None = None):
         """``RULES[rule](s, cursor, n, finished, c, aux)`` and its side
-        constraints (0.29 pins its ``wc`` witness there)."""
+        constraints (0.29 pins its ``wc`` witness there). ``num_tokens``: the
+        step's ``Request.num_tokens`` (lookahead hashes: the prompt horizon's
+        hashed end)."""
         aux = {"wc": z3.Int("ev_wc")}
+        if num_tokens is not None:
+            aux["num_tokens"] = z3.IntVal(num_tokens)
         return RULES[rule](self.s, z3.IntVal(cursor), z3.IntVal(n), z3.BoolVal(finished),
                            z3.IntVal(c), aux)
 
-    def submitted(self, rule: str, cursor: int, n: int, finished: bool, c: int) -> bool:
-        st = self.store_step(rule, cursor, n, finished, c)
+    def submitted(self, rule: str, cursor: int, n: int, finished: bool, c: int,
+                  num_tokens: int | None = None) -> bool:
+        st = self.store_step(rule, cursor, n, finished, c, num_tokens)
         return self.value(st.submitted, [st.side])
 
-    def next_cursor(self, rule: str, cursor: int, n: int, finished: bool) -> int:
-        st = self.store_step(rule, cursor, n, finished, 0)
+    def next_cursor(self, rule: str, cursor: int, n: int, finished: bool,
+                    num_tokens: int | None = None) -> int:
+        st = self.store_step(rule, cursor, n, finished, 0, num_tokens)
         return self.value(st.next_cursor, [st.side])
 
     def storable_chunks(self, rule: str, tokens_after: int, num_tokens: int, finished: bool) -> int:

@@ -424,6 +424,9 @@ def transition(
     tokens_after = _chain(kind, entries, [t.tokens_after(s, rule, pre, sched) for t in entries])
     nt_step = _chain(kind, entries, [step_num_tokens(t, s, pre, sched) for t in entries])
     off = s.offloadable(tokens_after, nt_step)
+    if s.L is not None:
+        # lookahead rows: the step's prompt horizon reads its hashed end
+        aux["num_tokens"] = nt_step
     n = storable_chunks(s, rule, off, finished)
     allocated = None
     if world == "vllm":

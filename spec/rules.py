@@ -26,11 +26,13 @@ class StoreStep:
 
 def storable_chunks(s: SymConfig, rule: str, offloadable, finished) -> z3.ArithRef:
     """``RequestOffloadState.storable_chunks``: the EAGLE group drops its
-    volatile trailing chunk while decoding; 0.33 lifts that once finished."""
+    volatile trailing chunk while decoding; 0.33 lifts that once finished;
+    0.34.0 under lookahead hashes drops nothing (``apply_eagle_drop = not
+    use_lookahead_block_hashes``: :attr:`SymConfig.legacy_eagle`)."""
     n = offloadable / s.C
     decoding = offloadable > s.P
     lifted = z3.BoolVal(False) if rule == "vllm-0.29" else finished
-    return z3.If(z3.And(s.eagle, decoding, z3.Not(lifted)), z3_max(0, n - 1), n)
+    return z3.If(z3.And(s.legacy_eagle, decoding, z3.Not(lifted)), z3_max(0, n - 1), n)
 
 
 def finish_tokens(s: SymConfig, rule: str, num_tokens, computed=None) -> z3.ArithRef:
@@ -74,11 +76,16 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     pre-fix horizon); ``final_tail=False``: no final-segment tail;
     ``skip_stored=False``: the reconsideration forgets what was stored.
     ``aux["shared_prefix_boundary"]`` (world "vllm"): ``Request.shared_prefix_boundary``,
-    a further reachable boundary with a retention interval (F8)."""
+    a further reachable boundary with a retention interval (F8).
+    ``aux["num_tokens"]`` (lookahead rows): the step's ``Request.num_tokens``,
+    whose hashed end caps ``prompt_offloadable_tokens`` (vLLM 0.34.0 with
+    L >= 1: :meth:`SymConfig.prompt_horizon_at`, the prompt horizon is the
+    hashed end while the prompt is being computed)."""
     bpc = s.bpc
     spb = aux.get("shared_prefix_boundary")
     extra = () if spb is None else (spb,)
-    Hp = s.prompt_horizon
+    nt = aux.get("num_tokens")
+    Hp = s.prompt_horizon if nt is None else s.prompt_horizon_at(nt)
     # store_horizon_chunks: None -> the final-tail term is off (F irrelevant).
     horizon = n if horizon_at_frontier else z3.If(finished, n, z3.If(n <= Hp, Hp, -1))
     has_horizon = z3.And(z3.Not(no_final_segment(s)), horizon >= 0)

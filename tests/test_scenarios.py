@@ -139,7 +139,9 @@ def spec_outcome(f: scenarios.Finding) -> dict:
             # every chunk the step could submit: from a segment and a window
             # below the cursor (an abort's reconsidered tail) to the step's end
             cands = range(max(0, min(st["cursor_before"], n) - margin), n)
-            spec = [c for c in cands if ev.submitted(f.rule, st["cursor_before"], n, ends, c)]
+            # the step's num_tokens: its hashed prompt horizon under lookahead hashes
+            spec = [c for c in cands
+                    if ev.submitted(f.rule, st["cursor_before"], n, ends, c, st["num_tokens"])]
             assert spec == list(st["submitted"]), (f.finding, st["index"])
         H = trace.final_horizon_chunks
         return {"stored_not_loadable": {c for c in trace.stored

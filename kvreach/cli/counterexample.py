@@ -38,6 +38,13 @@ def counterexample(
         help="also draw the counterexample's chunk map to FILE (.png or .svg; both are "
              "written): the replayed lifecycle, or for mask-equivalence the mask at "
              "the decoded final horizon against the loadable chunks")] = None,
+    hash_lookahead_tokens: Annotated[Optional[int], typer.Option(
+        "--hash-lookahead-tokens", metavar="N",
+        help="vllm_config.num_hash_lookahead_tokens L pinned to N in the search (vLLM 0.34.0's "
+        "lookahead block hashes; N >= 1 only for a row with L symbolic: soundness about "
+        "0.34.0). Default: L as the row has it (symbolic L >= 0, the search trying L = 1 "
+        "first; 0 in every other row). vLLM itself derives L = 1 + extra_retained_tokens "
+        "for an EAGLE/MTP drafter under the offloading connector")] = None,
     replay_vllm: Annotated[bool, typer.Option(
         "--replay-vllm", help="replay the counterexample on vLLM 0.33.0's real scheduler "
         "(hit-preservation*, no-waste*, world single's soundness, completeness, "
@@ -74,13 +81,14 @@ def counterexample(
     r, m = search.row_key(obligation, rule, load_model)
     try:
         group = search.vllm_group(obligation, r, m, vllm)
+        search.check_lookahead(obligation, r, m, group, hash_lookahead_tokens)
     except ParamError as e:
         raise _from_param_error(e) from None
     stop = lambda: f"interrupted: searching {obligation}/{r}/{m} for {time.perf_counter() - t0:.1f} s"  # noqa: E731
     with ExitOnInterrupt(stop, lambda: err.show_cursor(True)), \
             err.status(f"searching {obligation}/{r}/{m} ..."):
         try:
-            found = search.search(obligation, rule, load_model, vllm)
+            found = search.search(obligation, rule, load_model, vllm, hash_lookahead_tokens)
         except ParamError as e:
             raise _from_param_error(e) from None
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
@@ -111,6 +119,9 @@ def counterexample(
             out.print("[green]proved: no counterexample exists[/]")
         elif cex is not None:
             _print_cex(out, cex, concrete_model, depth)
+            command = simulate_command(cex, concrete_rule, concrete_model)
+            if command:
+                out.print(f"reproduce: {command}", markup=False, soft_wrap=True)
     if plot_file is not None:
         if verdict != "counterexample" or cex is None:
             raise CliError("--plot", plot_file,
@@ -118,6 +129,49 @@ def counterexample(
         _plot_cex(plot_file, obligation, cex, concrete_rule, concrete_model, as_json)
     if verdict == "unknown" or (verdict == "counterexample" and detail):
         raise typer.Exit(1)
+
+
+def simulate_command(cex: dict, rule: str, model: str) -> str | None:
+    """The ``kvreach simulate`` command that runs a world-"single" lifecycle
+    counterexample's decoded configuration and lifecycle (its L included:
+    ``--hash-lookahead-tokens``; ``--rule`` runs under the default release,
+    0.34.0, which has it), or None
+    for another counterexample or a configuration simulate's options cannot
+    state (no full-attention group, DCP, explicit prefill cuts other than
+    the scheduler's, ``max_offload_tokens``)."""
+    g, req = cex["config"]["group"], cex["config"]["request"]
+    lc = cex.get("lifecycle")
+    if cex.get("trace") is None or lc is None or cex.get("world"):
+        return None
+    P, budget = req["prompt_tokens"], lc["budget"]
+    cut, left = [], P
+    while left > 0:
+        cut.append(min(budget, left))
+        left -= cut[-1]
+    if (g["alignment_tokens"] is None or g["alignment_tokens"] % g["blocks_per_chunk"]
+            or g.get("dcp_world_size", 1) != 1 or list(lc["prefill_steps"]) != cut
+            or req["max_offload_tokens"] is not None or g.get("extra_retained_tokens")):
+        return None
+    argv = ["kvreach", "simulate", "--rule", rule, "--load-model", model,
+            "--full-block-size", str(g["alignment_tokens"] // g["blocks_per_chunk"]),
+            "--swa-block-size", str(g["block_size"]), "--window", str(g["window"]),
+            "--prompt", str(P), "--budget", str(budget)]
+    if g["blocks_per_chunk"] != 1:
+        argv += ["--blocks-per-chunk", str(g["blocks_per_chunk"])]
+    if g["eagle"]:
+        argv.append("--eagle")
+    if g["retention_interval"] is not None:
+        argv += ["--retention-interval", str(g["retention_interval"])]
+    if not req["offload_prompt_only"]:
+        argv.append("--no-offload-prompt-only")
+    if lc["decode"]:
+        argv += ["--decode", str(lc["decode"])]
+    if lc["abort_after_step"] is not None:
+        argv += ["--abort-after-step", str(lc["abort_after_step"])]
+    L = req.get("hash_lookahead_tokens", 0)
+    if L or g["eagle"]:  # simulate's default L is vLLM's derived one: state it
+        argv += ["--hash-lookahead-tokens", str(L)]
+    return " ".join(argv)
 
 
 def _replay_module():

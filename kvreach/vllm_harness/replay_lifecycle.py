@@ -34,6 +34,9 @@ lookups, the manager's outcomes), which is no lone request's lifecycle.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import os
 import tempfile
 from itertools import accumulate
@@ -104,12 +107,20 @@ def setup_of(obligation: str, rule: str, g: GroupConfig, req: RequestConfig,
     if why:
         raise unreplayable(obligation, rule, why)
     sw = swa(g.block_size, g.window, eagle=g.eagle, extra=g.extra_retained_tokens)
-    setup = Setup((full(g.alignment_tokens // g.blocks_per_chunk), sw), budget=budget,
+    full_block = g.alignment_tokens // g.blocks_per_chunk
+    # vLLM 0.34.0's lookahead block hashes (L): set on the run as EngineCore
+    # does; the hash block is the GCD of the groups' blocks (times DCP 1)
+    L = req.hash_lookahead_tokens
+    if L and math.gcd(full_block, g.block_size) != req.tokens_per_hash:
+        raise unreplayable(obligation, rule, f"tokens_per_hash {req.tokens_per_hash} is not the "
+                           f"GCD of the blocks {full_block} and {g.block_size} (vLLM derives it so)")
+    setup = Setup((full(full_block), sw), budget=budget,
                   blocks_per_chunk=g.blocks_per_chunk, retention_interval=g.retention_interval,
                   offload_prompt_only=req.offload_prompt_only,
                   max_num_seqs=min(16, budget),  # SchedulerConfig: <= max_num_batched_tokens
-                  max_model_len=max(4096, 2 * req.prompt_tokens + 64))
-    if setup.kvreach_group(1) != g:
+                  max_model_len=max(4096, 2 * req.prompt_tokens + 64),
+                  hash_lookahead_tokens=L)
+    if dataclasses.replace(setup.kvreach_group(1), lookahead_hashes=L > 0) != g:
         raise unreplayable(obligation, rule, f"the setup's SWA group {setup.kvreach_group(1)} "
                            f"is not the decoded {g}")
     return setup

@@ -195,6 +195,9 @@ SOUNDNESS = Obligation(
     rules=("vllm-0.29", "vllm-0.33"),
     vllm_replay=Replay("lifecycle", "violating"), trace_witness=_unwanted_stored,
     named_mutant=True,  # the mutant 0.72 M -> 0.10 M units named
+    # vLLM 0.34.0's lookahead hashes (L symbolic: rows.models_lookahead):
+    # the step's hashed prompt horizon, F14
+    reads=frozenset({"lookahead_hashes"}),
 )
 COMPLETENESS = Obligation(
     "completeness",

@@ -31,23 +31,32 @@ from kvreach.proofs.scenarios import PR_54362_WASTED  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 
+# soundness's row about 0.34.0 has vLLM 0.34.0's lookahead hashes symbolic
+# and decodes to F14 (L = 1; test_lookahead_counterexample_happens_on_vllm);
+# the vllm-0.33 rows replayed here are the 0.30.0 .. 0.33.0 row's (L = 0)
+_ROW_VLLM = {("soundness", "vllm-0.33"): "0.33.0"}
+
+
 @functools.lru_cache(maxsize=None)
-def counterexample(obligation: str, rule: str, model: str) -> dict:
+def counterexample(obligation: str, rule: str, model: str, vllm: str | None = None) -> dict:
     """The runner's decoded counterexample: BMC for a lifecycle row, the
-    row's static check otherwise."""
+    row's static check otherwise (``vllm``: the row about that release;
+    default :data:`_ROW_VLLM`'s, else the runner's default row)."""
+    vllm = vllm or _ROW_VLLM.get((obligation, rule))
     if OBLIGATIONS[obligation].kind == "static":
-        row = runner.run_row(obligation, rule, model, {})
+        row = runner.run_row(obligation, rule, model, {}, vllm)
         assert row.verdict == "counterexample", row
         return row.counterexample
-    _, cex = search.find_counterexample(obligation, rule, model)
+    _, cex = search.find_counterexample(obligation, rule, model, vllm=vllm)
     assert cex is not None and cex.get("replayed_violation"), (obligation, rule, model)
     return cex
 
 
 @functools.lru_cache(maxsize=None)
-def replayed(model_dir: str, obligation: str, rule: str, model: str, connector_rule: str) -> dict:
+def replayed(model_dir: str, obligation: str, rule: str, model: str, connector_rule: str,
+             vllm: str | None = None) -> dict:
     """One replay per row and connector (tests read it more than once)."""
-    return replay_lifecycle(model_dir, obligation, counterexample(obligation, rule, model),
+    return replay_lifecycle(model_dir, obligation, counterexample(obligation, rule, model, vllm),
                             connector_rule, model)
 
 
@@ -85,6 +94,24 @@ def test_soundness_later_lookups(offline_model_dir):
     assert pr["vllm"]["later"]["loads_violating"] == []
     eagle = replayed(offline_model_dir, "soundness", "vllm-0.33", "intended", "vllm-0.33")
     assert eagle["vllm"]["later"]["loads_violating"]
+
+
+@pytest.mark.parametrize("model,violating", [("aligned", [4, 5]), ("intended", [4])])
+def test_lookahead_counterexample_happens_on_vllm(offline_model_dir, model, violating):
+    """soundness's row about 0.34.0 (L symbolic) decodes to F14 (full 8, SWA
+    2, window 4, prompt 14, L = 1); on vLLM 0.34.0's scheduler with
+    ``num_hash_lookahead_tokens`` 1 and the stock connector the per-step
+    stores equal kvreach's and the violating chunks are stored."""
+    from kvreach.impl.vllm.vllm_release import LOOKAHEAD_HASHES
+
+    if not LOOKAHEAD_HASHES:
+        pytest.skip("vLLM before 0.34.0 has no lookahead block hashes")
+    cex = counterexample("soundness", "vllm-0.33", model, "0.34.0")
+    assert cex["config"]["request"]["hash_lookahead_tokens"] == 1
+    out = replayed(offline_model_dir, "soundness", "vllm-0.33", model, "vllm-0.33", "0.34.0")
+    assert out["vllm"] == out["kvreach"]
+    assert out["vllm"]["violating"] == violating
+    assert out["vllm"]["later"]["loads_violating"] == []  # stored for nothing
 
 
 UNREPLAYABLE = [

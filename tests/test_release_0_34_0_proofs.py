@@ -1,0 +1,125 @@
+"""vLLM 0.34.0's lookahead block hashes (L) in the proof run: the rows that
+have L symbolic (``rows.models_lookahead``), their counterexample (F14),
+the EAGLE-only classes that do not occur with L >= 1, and ``kvreach
+counterexample --hash-lookahead-tokens``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import z3
+from typer.testing import CliRunner
+
+from kvreach import releases as R
+from kvreach.cli import app
+from kvreach.proofs import rows, runner, scenarios, search
+from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.scenario import run_scenario
+
+CHECK_RL = 60_000_000
+
+
+def test_soundness_rows_about_0_34_0_have_l_symbolic():
+    """soundness reads the part, so 0.34.0 is its own row with L symbolic;
+    the other obligations' rows about 0.34.0 stay about L = 0."""
+    groups = [g for *_, g in rows.rows_for("soundness", "vllm-0.33", "intended")]
+    assert groups == ["0.30.0/0.31.0/0.32.0/0.33.0", "0.34.0"]
+    sound, complete = OBLIGATIONS["soundness"], OBLIGATIONS["completeness"]
+    assert rows.models_lookahead(sound, R.V0_34_0)
+    assert not rows.models_lookahead(sound, R.V0_33_0)
+    assert not rows.models_lookahead(complete, R.V0_34_0)
+    ctx = rows.ctx_for("vllm-0.33", "intended", True, release=R.V0_34_0)
+    assert ctx.s.L is not None and rows.ctx_for("vllm-0.33", "intended").s.L is None
+
+
+def test_soundness_0_34_0_counterexample_is_f14():
+    """The 0.34.0 row's search decodes to F14's example: L = 1, chunk 4 of
+    the 14-token prompt, replayed through the executable rule."""
+    depth, cex = search.find_counterexample("soundness", "vllm-0.33", "intended", vllm="0.34.0")
+    req, g = cex["config"]["request"], cex["config"]["group"]
+    assert (req["hash_lookahead_tokens"], req["tokens_per_hash"], req["prompt_tokens"]) == (1, 2, 14)
+    assert g["lookahead_hashes"] and (g["block_size"], g["window"], g["alignment_tokens"]) == (2, 4, 8)
+    assert cex["chunk"] == 4 and cex["replayed_violation"] == [4] and depth == 2
+    assert set(scenarios.finding("F14").stored_not_loadable) == {4}
+
+
+def test_pinned_l_zero_finds_the_legacy_counterexample():
+    """``pinned_lookahead(0)``: the same row searched at L = 0 finds the
+    class every release since 0.30.0 has (F4's abort at the PR example)."""
+    with rows.pinned_lookahead(0):
+        _, cex = search.find_counterexample("soundness", "vllm-0.33", "aligned", vllm="0.34.0")
+    assert cex["config"]["request"]["hash_lookahead_tokens"] == 0
+    assert cex["lifecycle"]["abort_after_step"] == 1 and cex["replayed_violation"] == [246, 247]
+    assert not rows.PINNED_L  # the pin ends with the block
+
+
+def _check(terms) -> z3.CheckSatResult:
+    s = z3.Solver()
+    s.set("rlimit", CHECK_RL)
+    s.add(*terms)
+    return s.check()
+
+
+@pytest.mark.parametrize("model", ["aligned", "intended"])
+def test_eagle_mask_findings_do_not_occur_with_lookahead(model):
+    """mask-equivalence's queries (the EAGLE-only classes F3 and F5 are its
+    counterexamples) with L symbolic: unsat for an EAGLE group with L >= 1
+    (no mask shift, no EAGLE block, no final tail), sat with L = 0 (the
+    legacy EAGLE mask: the findings); the premise with L >= 1 is
+    satisfiable (not vacuous). Each check within ``CHECK_RL`` units."""
+    ob = OBLIGATIONS["mask-equivalence"]
+    ctx = rows.ctx_for("vllm-0.33", model, True, release=R.V0_34_0)
+    s = ctx.s
+    queries = ob.queries(ctx)
+    assert len(queries) == 2
+    for q in queries:
+        assert _check([*q.premise, s.eagle, s.L >= 1]) == z3.sat
+        assert _check([*q.premise, s.eagle, s.L >= 1, q.violation]) == z3.unsat
+    assert z3.sat in [_check([*q.premise, s.eagle, s.L == 0, q.violation]) for q in queries]
+
+
+@pytest.mark.parametrize("name", ["F3", "F5"])
+def test_eagle_findings_scenarios_store_nothing_unloadable_with_lookahead(name):
+    """F3's and F5's scenarios store a chunk no hit requests with legacy
+    hashes (L = 0) and none with L = 1 (an EAGLE group then a plain one:
+    F3's stores nothing, its replay boundary 0 has no run; F5's stores
+    only wanted chunks)."""
+    f = scenarios.finding(name)
+    legacy = run_scenario(f.rule, f.scenario)
+    assert set(legacy.stored) - legacy.wanted(f.scenario.load_model) == set(f.stored_not_loadable)
+    lookahead = run_scenario(f.rule, dataclasses.replace(f.scenario, hash_lookahead_tokens=1))
+    assert lookahead.group.lookahead_hashes and lookahead.request.hash_lookahead_tokens == 1
+    assert set(lookahead.stored) <= lookahead.wanted(f.scenario.load_model)
+    assert bool(lookahead.stored) == (name == "F5")
+
+
+cli = CliRunner()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["completeness", "--rule", "vllm-0.33", "--load-model", "aligned"],
+     "its obligation does not model lookahead block hashes"),
+    (["soundness", "--rule", "vllm-0.33", "--load-model", "aligned", "--vllm", "0.33.0"],
+     "the row with L symbolic is about 0.34.0"),
+])
+def test_counterexample_refuses_l_for_a_row_about_l_zero(args, says):
+    r = cli.invoke(app, ["counterexample", *args, "--hash-lookahead-tokens", "1"])
+    assert r.exit_code != 0
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --hash-lookahead-tokens=1") and says in lines[0]
+
+
+def test_counterexample_decodes_l_into_the_simulate_command():
+    """The F14 counterexample's printed command runs the decoded scenario,
+    L included, and simulate shows the same unloadable chunk."""
+    r = cli.invoke(app, ["counterexample", "soundness", "--rule", "vllm-0.33", "--load-model",
+                         "intended", "--vllm", "0.34.0", "--hash-lookahead-tokens", "1"])
+    assert r.exit_code == 0, r.output
+    command = next(ln for ln in r.output.splitlines() if ln.startswith("reproduce: "))
+    argv = command.removeprefix("reproduce: ").split()
+    assert argv[:2] == ["kvreach", "simulate"]
+    assert argv[argv.index("--hash-lookahead-tokens") + 1] == "1"
+    sim = cli.invoke(app, argv[1:])
+    assert sim.exit_code == 0, sim.output
+    assert "stored-not-loadable under intended (1): 4" in sim.output
