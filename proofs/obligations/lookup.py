@@ -21,11 +21,11 @@ from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
-    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
+    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, SCOPE_SYMBOLIC,
 )
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
-from kvreach.proofs.geometries import Geometry
+from kvreach.proofs.geometries import Geometry, family, family_text
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import _max, _min
@@ -303,18 +303,55 @@ def _geometries_no_eagle_no_retention():
 
 # --- the obligations --------------------------------------------------------
 
-_GRID = _geometries()
-_GRID_LOOKUP = _geometries_of_the_lookup()
-_GRID_W1 = _geometries_window_one_past_chunks()
-_GRID_ALIGNED = _geometries_no_eagle_no_retention()
-_GRID_TEXT = "geometry fixed to each of the grid (proofs/geometries.py)"
-_GRID_LOOKUP_TEXT = (f"geometry fixed to each of the grid's {len(_GRID_LOOKUP)} without a "
-                     "retention interval (proofs/geometries.py")
+# Each row's grid: the worked geometries of proofs/geometries.py first (their
+# counterexamples decode at their worked examples and replay on vLLM's
+# scheduler, tests/vllm), then every member of the block-shape family
+# (``geometries.family``: block sizes and blocks_per_chunk fixed, window,
+# extra_retained_tokens, EAGLE and the retention interval symbolic).
+_GRID = _geometries() + family()
+_GRID_LOOKUP = _geometries_of_the_lookup() + family(retention="none")
+# hit-preserving-wastes: the members with a full-attention chunk longer than
+# the SWA chunk (the alignment more than one SWA chunk, as in the worked
+# geometries); with the alignment one chunk (full block = SWA block) its
+# query is satisfiable (full block 4, SWA block 4, W 5), and so it is with
+# W - 1 a multiple of the alignment (full block 256, SWA block 4, W 257): the
+# window (geometries.BlockShape) is kept shorter than the alignment.
+_GRID_W1 = _geometries_window_one_past_chunks() + tuple(
+    g for g in family(window_one_past_chunks=True)
+    if g.full_block is not None and g.full_block > g.swa_block)
+_GRID_ALIGNED = _geometries_no_eagle_no_retention() + family(retention="none", no_eagle=True)
+
+
+def _worked(geometries, which: str = "") -> str:
+    names = "" if len(geometries) > 3 else " (" + ", ".join(g.name for g in geometries) + ")"
+    return (f"the {len(geometries)} worked geometries{which} of proofs/geometries.py "
+            f"(concrete){names} and the ")
+
+
+_RETENTION = (", EAGLE, the retention interval None or 0 (a positive interval only in the "
+              "worked geometry of 72 tokens: k chunks symbolic is a divisor, not decided)")
+_GRID_TEXT = _worked(_geometries()) + family_text(_RETENTION)
+_GRID_LOOKUP_TEXT = (_worked(_geometries_of_the_lookup(), " without a retention interval")
+                     + family_text(", EAGLE; no retention interval (the lookup does not see it)"))
+_GRID_ALIGNED_TEXT = (_worked(_geometries_no_eagle_no_retention(), " without EAGLE or retention")
+                      + family_text("; EAGLE off, no retention interval"))
+_GRID_W1_TEXT = (_worked(_geometries_window_one_past_chunks(),
+                         " where W - 1 is a multiple of the SWA chunk")
+                 + family_text("; only the members whose full-attention block is larger than "
+                               "the SWA block (the alignment more than one SWA chunk); fixed: "
+                               "extra_retained_tokens 0, EAGLE off, no retention "
+                               "interval, and the window W - 1 a multiple of the SWA chunk and below the "
+                               "alignment (W - 1 < A)"))
+
+
+def _scope_grid(text: str) -> str:
+    """A lifecycle row proved per member of its grid."""
+    return (SCOPE_SYMBOLIC + "; geometry: " + text + "; the rest symbolic; world: single request")
 
 
 def _no_waste_scope(variant: str | None) -> str:
     looking_up = "" if variant is None else f", looking up under '{variant}'"
-    return (f"{_GRID_TEXT}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
+    return (f"geometry: {_GRID_TEXT}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
             "symbolic, the final horizon symbolic up to "
             f"{NO_WASTE_MAX_TOKENS} offloadable tokens; the rule's keep decision at the final "
             f"horizon (one-shot); four witness later requests per chunk{looking_up} (a proof is "
@@ -326,7 +363,7 @@ def _run_stored_scope(variant: str) -> str:
     return (f"bounded: later requests of at most {RUN_STORED_BOUND_CHUNKS} SWA chunks (any "
             "length up to that, GPU-local hit, max_load_tokens), the dense store any prefix of "
             "SWA chunks, the rule's any subset of it, the full-attention answers any (the same "
-            f"for both); {_GRID_LOOKUP_TEXT}); lookup variant {variant}; one pass of "
+            f"for both); geometry: {_GRID_LOOKUP_TEXT}; lookup variant {variant}; one pass of "
             "_lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE)
 
 
@@ -336,7 +373,7 @@ HIT_PRESERVATION = Obligation(
     "with the rule's stores equals its hit with dense stores (every chunk "
     "this request could offload), in the single-request world; with a "
     "retention interval, for the requests the interval promises.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_TEXT) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
@@ -384,7 +421,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     "'read-window': get_sliding_window_size_in_chunks returns "
     "max(1, ceil((W - 1 + extra_retained_tokens) / C)), the chunks the load "
     "reads (docs/findings.md F7), for the later request and the dense reference.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_TEXT) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
@@ -396,7 +433,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "ends on an SWA chunk boundary (no right padding widens the first run: "
     "every later request but one of a whole number of alignments sharing all "
     "of it), in the geometries without EAGLE or a retention interval.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_ALIGNED_TEXT) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
@@ -441,9 +478,7 @@ HIT_PRESERVING_WASTES = Obligation(
     "loaded by no later request's dense hit (so no rule is both hit-preserving "
     "and waste-free there, worlds (a) and (b): their dense stores are prefixes).",
     "static", mutant=mutants.READ_WINDOW_LOOKUP,
-    scope=("geometry fixed to each of the grid's geometries where W - 1 is a multiple "
-           "of the SWA chunk (" + ", ".join(g.name.split(",")[0] for g in _GRID_W1) + "); "
-           "the later request any length, shared prefix, GPU-local hit and max_load_tokens "
+    scope=("geometry: " + _GRID_W1_TEXT + "; the later request any length, shared prefix, GPU-local hit and max_load_tokens "
            "(unbounded), the store dense (a prefix: one request's or a union's); "
            "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE),
     queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
@@ -458,8 +493,8 @@ LOOKUP_MONOTONE = Obligation(
     "static", mutant=mutants.INITIAL_RUN_TWO_WIDER,
     scope=(f"bounded: later requests of at most {MONOTONE_BOUND_CHUNKS} SWA chunks "
            "(any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
-           f"answer per key and every superset of them (uninterpreted); {_GRID_LOOKUP_TEXT}; "
-           "the lookup does not see the interval); both lookup variants; one pass "
+           f"answer per key and every superset of them (uninterpreted); geometry: {_GRID_LOOKUP_TEXT}; "
+           "both lookup variants; one pass "
            "of _lookup_complete_chunks (one full-attention, one SWA group)"
            + SCOPE_FULL_NOT_EAGLE),
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
@@ -587,7 +622,7 @@ def _plain_later_request(ctx: Ctx) -> list[list]:
 # counterexample decodes to its case where it has one.
 _F11_029 = Geometry("F11 0.29.0 case: full block 2, SWA block 4, window 8", 2, 4, 8)
 _F11_030 = Geometry("F11 0.30.0 case: SWA only, block 2, window 4, extra 4", None, 2, 4, extra=4)
-_GRID_LOAD = (_F11_029, _F11_030) + _GRID_LOOKUP
+_GRID_LOAD = (_F11_029, _F11_030) + _geometries_of_the_lookup()
 
 LOAD_EARLY = Mutant(  # spec.lookup.lookup
     "load-one-chunk-early", {"load_early_by": 1},
@@ -609,7 +644,7 @@ LOAD_READS_CHECKED = Obligation(
            "chunks) per group (any length up to that, GPU-local hit, max_load_tokens), every "
            "HIT / MISS answer per key of each group (uninterpreted), the full-attention group "
            "an EAGLE group or not; geometry fixed to each of docs/findings.md F11's two cases and the "
-           f"grid's {len(_GRID_LOOKUP)} without a retention interval (proofs/geometries.py); "
+           f"grid's {len(_geometries_of_the_lookup())} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
     queries=_load_reads_checked, rule_specific=False, model_specific=False,
