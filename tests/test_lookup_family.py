@@ -75,3 +75,17 @@ def test_unplanted_family_member_is_proved():
     about the plant, not the member)."""
     member = next(g for g in family() if g.swa_block == PLANTED_BLOCK and g.full_block is None)
     assert _step_verdict(member) == z3.unsat
+
+
+def test_deep_rows_run_with_deep_or_by_name_only():
+    """``kvreach prove`` leaves the deep obligations' rows out unless
+    ``--deep`` or ``--obligation`` names one; ``rows_for`` (the catalog's)
+    lists every row."""
+    every = set(runner.rows_for(None, None, None))
+    default = set(runner.selected_rows(None, None, None))
+    deep = set(runner.selected_rows(None, None, None, deep=True))
+    assert deep == every and default < every
+    assert {k[0] for k in every - default} == {n for n, o in OBLIGATIONS.items() if o.deep}
+    assert "hit-preservation" in {n for n, o in OBLIGATIONS.items() if o.deep}
+    assert runner.selected_rows("hit-preservation", None, None) == list(
+        runner.rows_for("hit-preservation", None, None))

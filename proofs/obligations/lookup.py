@@ -376,7 +376,7 @@ HIT_PRESERVATION = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_TEXT) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation"),
 )
 NO_WASTE = Obligation(
@@ -389,7 +389,7 @@ NO_WASTE = Obligation(
     queries=_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
     vllm_replay=Replay("no-waste"),
 )
 LOOKUP_PREFIX_SCAN = Obligation(
@@ -424,7 +424,7 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_TEXT) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation"),
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
@@ -436,7 +436,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_ALIGNED_TEXT) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
 )
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
@@ -446,7 +446,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     queries=_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
     vllm_replay=Replay("no-waste"),
 )
 
@@ -463,7 +463,7 @@ def _run_stored(name: str, variant: str, which: str) -> Obligation:
         "static", mutant=mutants.VERIFIED_RUN_ONE_SHORT, scope=_run_stored_scope(variant),
         queries=_lookup_run_stored, rule_specific=False, model_specific=False,
         grid=_GRID_LOOKUP, split=False, lookup_variant=variant,
-        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS}, reads=LOOKUP_PARTS,
+        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS}, deep=True, reads=LOOKUP_PARTS,
     )
 
 
@@ -483,7 +483,7 @@ HIT_PRESERVING_WASTES = Obligation(
            "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE),
     queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
     grid=_GRID_W1, split=False,
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
 )
 LOOKUP_MONOTONE = Obligation(
     "lookup-monotone",
@@ -499,7 +499,7 @@ LOOKUP_MONOTONE = Obligation(
            + SCOPE_FULL_NOT_EAGLE),
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
     grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
 )
 
 

@@ -39,6 +39,6 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours._queries,
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
     split=False, replayable=neighbours.replayable, witness=neighbours.replay,
-    bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS,
+    bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS, deep=True,
     vllm_replay=Replay("neighbours"),
 )
