@@ -108,8 +108,8 @@ FAMILY_FULL_BLOCKS = (None, "same")  # SWA only, or the full-attention block the
 # compressor states, an alignment of 64 or 32 SWA chunks): hit-preservation-
 # neighbours' query for lookup-window at full 256 / SWA 4 was undecided after
 # 70 M units (457 s), so those shapes stay covered by no lifted proof.
-FAMILY_EXTRA_SHAPES = ((256, 64, 1), (32, 16, 1), (32, 16, 8), (32, 16, 64), (16, 16, 16),
-                       (36, 4, 1), (16, 8, 2))
+FAMILY_EXTRA_SHAPES = ((256, 64, 1), (64, 32, 1), (32, 16, 1), (32, 16, 8), (32, 16, 64),
+                       (16, 16, 16), (36, 4, 1), (16, 8, 2))
 
 
 @dataclass(frozen=True)

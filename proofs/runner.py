@@ -448,10 +448,8 @@ def cached_row(name: str, rule: str, model: str, vllm: str | None = None) -> Row
 
 def _grid_row(name, rule, model, invariant_ok, meter, vllm):
     """A lifecycle obligation proved per geometry (``Obligation.grid``): the
-    1-step induction with the geometry's pins, in the grid's order; at the
-    first geometry where it fails, a BMC counterexample search there (the
-    row's verdict: the rest of the grid is not run); a geometry where the
-    step fails and BMC finds none leaves the row unknown."""
+    1-step induction with the geometry's pins; the first geometry where it
+    fails gets a BMC counterexample search."""
     ob = OBLIGATIONS[name]
     scope = ob.scope
     non_vacuous = True
@@ -463,20 +461,20 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
         q = lifecycle_step_query(ob, ctx)
         r, _ = _decide(q, ctx, True, meter)
         non_vacuous &= _non_vacuous(q, ctx, r, True, meter)
-        if r == z3.unsat:
-            continue
-        failed.append((g, r))
-        (depth, cex), _ = _grid_counterexample(name, rule, model, [g], meter=meter, vllm=vllm)
-        if cex is not None:
-            detail = "" if cex.get("replayed_violation") else \
-                "counterexample did NOT replay through the executable rule"
-            cex["geometries_failing"] = [x.name for x, _ in failed]
-            return "counterexample", scope + f"; counterexample by BMC, {depth} step(s) from " \
-                "the initial state", detail, cex, non_vacuous
+        if r != z3.unsat:
+            failed.append((g, r))
     if not failed:
         ok = invariant_ok.get(rule, False)
         return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction" \
             + _RESTS_ON + ")", ("" if ok else f"invariant of {rule} not proved"), None, non_vacuous
+    (depth, cex), _ = _grid_counterexample(name, rule, model, [g for g, _ in failed],
+                                           meter=meter, vllm=vllm)
+    if cex is not None:
+        detail = "" if cex.get("replayed_violation") else \
+            "counterexample did NOT replay through the executable rule"
+        cex["geometries_failing"] = [x.name for x, _ in failed]
+        return "counterexample", scope + f"; counterexample by BMC, {depth} step(s) from " \
+            "the initial state", detail, cex, non_vacuous
     return "unknown", scope, (_unknown_detail(meter) + "; geometries: " +
                               ", ".join(f"{g.name} ({r})" for g, r in failed)), None, non_vacuous
 

@@ -21,7 +21,7 @@ from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
-    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, SCOPE_SYMBOLIC,
+    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
@@ -303,13 +303,18 @@ def _geometries_no_eagle_no_retention():
 
 # --- the obligations --------------------------------------------------------
 
-# Each row's grid: the worked geometries of proofs/geometries.py first (their
-# counterexamples decode at their worked examples and replay on vLLM's
+# A lifted row's grid: the worked geometries of proofs/geometries.py first
+# (their counterexamples decode at their worked examples and replay on vLLM's
 # scheduler, tests/vllm), then every member of the block-shape family
 # (``geometries.family``: block sizes and blocks_per_chunk fixed, window,
-# extra_retained_tokens, EAGLE and the retention interval symbolic).
-_GRID = _geometries() + family()
-_GRID_LOOKUP = _geometries_of_the_lookup() + family(retention="none")
+# extra_retained_tokens, EAGLE and the retention interval's None / 0 symbolic).
+# Lifted to the family so far: hit-preserving-wastes (and world (b)'s
+# hit-preservation-neighbours, proofs/neighbours.py). The other rows stay per
+# worked geometry: over the family, hit-preservation's step for lookup-window
+# was undecided within 10 M units for full 36 / SWA 4 and full 256 / SWA 64
+# (docs/proofs-cost.md), and the static rows were not measured in time.
+_GRID = _geometries()
+_GRID_LOOKUP = _geometries_of_the_lookup()
 # hit-preserving-wastes: the members with a full-attention chunk longer than
 # the SWA chunk (the alignment more than one SWA chunk, as in the worked
 # geometries); with the alignment one chunk (full block = SWA block) its
@@ -319,7 +324,7 @@ _GRID_LOOKUP = _geometries_of_the_lookup() + family(retention="none")
 _GRID_W1 = _geometries_window_one_past_chunks() + tuple(
     g for g in family(window_one_past_chunks=True)
     if g.full_block is not None and g.full_block > g.swa_block)
-_GRID_ALIGNED = _geometries_no_eagle_no_retention() + family(retention="none", no_eagle=True)
+_GRID_ALIGNED = _geometries_no_eagle_no_retention()
 
 
 def _worked(geometries, which: str = "") -> str:
@@ -328,13 +333,9 @@ def _worked(geometries, which: str = "") -> str:
             f"(concrete){names} and the ")
 
 
-_RETENTION = (", EAGLE, the retention interval None or 0 (a positive interval only in the "
-              "worked geometry of 72 tokens: k chunks symbolic is a divisor, not decided)")
-_GRID_TEXT = _worked(_geometries()) + family_text(_RETENTION)
-_GRID_LOOKUP_TEXT = (_worked(_geometries_of_the_lookup(), " without a retention interval")
-                     + family_text(", EAGLE; no retention interval (the lookup does not see it)"))
-_GRID_ALIGNED_TEXT = (_worked(_geometries_no_eagle_no_retention(), " without EAGLE or retention")
-                      + family_text("; EAGLE off, no retention interval"))
+_GRID_TEXT = "geometry fixed to each of the grid (proofs/geometries.py)"
+_GRID_LOOKUP_TEXT = (f"geometry fixed to each of the grid's {len(_GRID_LOOKUP)} without a "
+                     "retention interval (proofs/geometries.py")
 _GRID_W1_TEXT = (_worked(_geometries_window_one_past_chunks(),
                          " where W - 1 is a multiple of the SWA chunk")
                  + family_text("; only the members whose full-attention block is larger than "
@@ -344,14 +345,9 @@ _GRID_W1_TEXT = (_worked(_geometries_window_one_past_chunks(),
                                "alignment (W - 1 < A)"))
 
 
-def _scope_grid(text: str) -> str:
-    """A lifecycle row proved per member of its grid."""
-    return (SCOPE_SYMBOLIC + "; geometry: " + text + "; the rest symbolic; world: single request")
-
-
 def _no_waste_scope(variant: str | None) -> str:
     looking_up = "" if variant is None else f", looking up under '{variant}'"
-    return (f"geometry: {_GRID_TEXT}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
+    return (f"{_GRID_TEXT}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
             "symbolic, the final horizon symbolic up to "
             f"{NO_WASTE_MAX_TOKENS} offloadable tokens; the rule's keep decision at the final "
             f"horizon (one-shot); four witness later requests per chunk{looking_up} (a proof is "
@@ -363,7 +359,7 @@ def _run_stored_scope(variant: str) -> str:
     return (f"bounded: later requests of at most {RUN_STORED_BOUND_CHUNKS} SWA chunks (any "
             "length up to that, GPU-local hit, max_load_tokens), the dense store any prefix of "
             "SWA chunks, the rule's any subset of it, the full-attention answers any (the same "
-            f"for both); geometry: {_GRID_LOOKUP_TEXT}; lookup variant {variant}; one pass of "
+            f"for both); {_GRID_LOOKUP_TEXT}); lookup variant {variant}; one pass of "
             "_lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE)
 
 
@@ -373,10 +369,10 @@ HIT_PRESERVATION = Obligation(
     "with the rule's stores equals its hit with dense stores (every chunk "
     "this request could offload), in the single-request world; with a "
     "retention interval, for the requests the interval promises.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_TEXT) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
-    deep=True, reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation"),
 )
 NO_WASTE = Obligation(
@@ -389,7 +385,7 @@ NO_WASTE = Obligation(
     queries=_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
-    deep=True, reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS,
     vllm_replay=Replay("no-waste"),
 )
 LOOKUP_PREFIX_SCAN = Obligation(
@@ -421,10 +417,10 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     "'read-window': get_sliding_window_size_in_chunks returns "
     "max(1, ceil((W - 1 + extra_retained_tokens) / C)), the chunks the load "
     "reads (docs/findings.md F7), for the later request and the dense reference.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_TEXT) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
-    deep=True, reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation"),
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
@@ -433,10 +429,10 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "ends on an SWA chunk boundary (no right padding widens the first run: "
     "every later request but one of a whole number of alignments sharing all "
     "of it), in the geometries without EAGLE or a retention interval.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=_scope_grid(_GRID_ALIGNED_TEXT) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED) + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
-    deep=True, reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS,
 )
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
@@ -446,7 +442,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     queries=_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
-    deep=True, reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS,
     vllm_replay=Replay("no-waste"),
 )
 
@@ -463,7 +459,7 @@ def _run_stored(name: str, variant: str, which: str) -> Obligation:
         "static", mutant=mutants.VERIFIED_RUN_ONE_SHORT, scope=_run_stored_scope(variant),
         queries=_lookup_run_stored, rule_specific=False, model_specific=False,
         grid=_GRID_LOOKUP, split=False, lookup_variant=variant,
-        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS}, deep=True, reads=LOOKUP_PARTS,
+        bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS}, reads=LOOKUP_PARTS,
     )
 
 
@@ -493,13 +489,13 @@ LOOKUP_MONOTONE = Obligation(
     "static", mutant=mutants.INITIAL_RUN_TWO_WIDER,
     scope=(f"bounded: later requests of at most {MONOTONE_BOUND_CHUNKS} SWA chunks "
            "(any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
-           f"answer per key and every superset of them (uninterpreted); geometry: {_GRID_LOOKUP_TEXT}; "
-           "both lookup variants; one pass "
+           f"answer per key and every superset of them (uninterpreted); {_GRID_LOOKUP_TEXT}; "
+           "the lookup does not see the interval); both lookup variants; one pass "
            "of _lookup_complete_chunks (one full-attention, one SWA group)"
            + SCOPE_FULL_NOT_EAGLE),
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
     grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
-    deep=True, reads=LOOKUP_PARTS,
+    reads=LOOKUP_PARTS,
 )
 
 
