@@ -182,3 +182,11 @@ def family_text(kw_text: str = "") -> str:
             "(the full-attention chunk, or the SWA chunk with SWA only) is fixed; symbolic and "
             "unbounded in each: window W >= 1 (W + extra_retained_tokens >= 2), "
             "extra_retained_tokens" + kw_text)
+
+
+def worked_text(geometries, which: str = "") -> str:
+    """A lifted row's scope, its worked part: how many of the worked
+    geometries (named when few), then the family's text follows."""
+    names = "" if len(geometries) > 3 else " (" + ", ".join(g.name for g in geometries) + ")"
+    return (f"the {len(geometries)} worked geometries{which} of proofs/geometries.py "
+            f"(concrete){names} and the ")

@@ -25,7 +25,7 @@ from kvreach.proofs.config import (
 )
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
-from kvreach.proofs.geometries import Geometry, family, family_text
+from kvreach.proofs.geometries import Geometry, family, family_text, worked_text
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import _max, _min
@@ -327,16 +327,10 @@ _GRID_W1 = _geometries_window_one_past_chunks() + tuple(
 _GRID_ALIGNED = _geometries_no_eagle_no_retention()
 
 
-def _worked(geometries, which: str = "") -> str:
-    names = "" if len(geometries) > 3 else " (" + ", ".join(g.name for g in geometries) + ")"
-    return (f"the {len(geometries)} worked geometries{which} of proofs/geometries.py "
-            f"(concrete){names} and the ")
-
-
 _GRID_TEXT = "geometry fixed to each of the grid (proofs/geometries.py)"
 _GRID_LOOKUP_TEXT = (f"geometry fixed to each of the grid's {len(_GRID_LOOKUP)} without a "
                      "retention interval (proofs/geometries.py")
-_GRID_W1_TEXT = (_worked(_geometries_window_one_past_chunks(),
+_GRID_W1_TEXT = (worked_text(_geometries_window_one_past_chunks(),
                          " where W - 1 is a multiple of the SWA chunk")
                  + family_text("; only the members whose full-attention block is larger than "
                                "the SWA block (the alignment more than one SWA chunk); fixed: "

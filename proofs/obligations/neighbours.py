@@ -10,8 +10,7 @@ from __future__ import annotations
 from kvreach.proofs import mutants, neighbours
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS, SCOPE_FULL_NOT_EAGLE
 from kvreach.proofs.framework import Obligation, Replay
-from kvreach.proofs.geometries import family_text
-from kvreach.proofs.obligations.lookup import _worked
+from kvreach.proofs.geometries import family_text, worked_text
 from kvreach.proofs.matrix import LOOKUP_PARTS
 
 _GRID = neighbours.grid()
@@ -25,7 +24,7 @@ SCOPE = (
     "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense "
     "lookup's closed form and one chunk of its accepted run); no retention interval (the "
     "world's earlier requests store without one: a retention interval promises only some "
-    "later requests, world (a) covers those); geometry: " + _worked(neighbours._geometries(),
+    "later requests, world (a) covers those); geometry: " + worked_text(neighbours._geometries(),
     " without a retention interval") + family_text(", EAGLE") + "; HIT / MISS "
     "answers, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE
 )
