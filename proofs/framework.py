@@ -209,6 +209,10 @@ class Obligation:
     # and completeness'; most static ones did not move (their queries are
     # named already or have no arithmetic if-then-else).
     named_mutant: bool = False
+    # run by ``kvreach prove --deep`` only (or when selected by name): its
+    # rows cost more than the default run's budget holds
+    # (docs/proofs-cost.md); rows_for lists them like every other
+    deep: bool = False
 
     def __post_init__(self) -> None:
         assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay

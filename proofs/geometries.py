@@ -84,3 +84,109 @@ GEOMETRIES: tuple[Geometry, ...] = (
     Geometry("block 16, window 128", 16, 16, 128, example=(4096, 2048)),
     Geometry("block 16, window 1024", 16, 16, 1024, example=(8192, 2048)),
 )
+
+
+# --- the block-shape family -----------------------------------------------
+#
+# With the block sizes and ``blocks_per_chunk`` fixed, every division of the
+# lookup and the masks is by a constant (linear); the window,
+# ``extra_retained_tokens``, EAGLE and the retention interval's None / 0
+# stay symbolic. Measured (Z3 4.15.4, hit-preservation under lookup-window,
+# full block 16, SWA block 16, blocks_per_chunk 1): all of those symbolic,
+# 0.3 M units; the full-attention block symbolic too (the alignment and the
+# full-attention chunk then divisors): undecided after 400 s; a positive
+# retention interval of k chunks symbolic (k a divisor of the segment):
+# undecided within the row's 200 M units; k <= 4: 6.7 M for this shape, but
+# over 300 s undecided for full block 256 / SWA block 64; k fixed to 3: 1.6 M.
+# So a positive retention interval is in the worked geometries only (72
+# tokens: proofs/geometries.py GEOMETRIES), not in the family.
+FAMILY_SWA_BLOCKS = (4, 8, 16, 32, 64)  # every power of two from 4 to 64
+FAMILY_FULL_BLOCKS = (None, "same")  # SWA only, or the full-attention block the SWA block's
+# further shapes of real deployments (bench/bench_hits.py SHAPES) and the
+# blocks_per_chunk > 1 shape of the worked geometries: (full, SWA, blocks_per_chunk).
+# Not in the family: full block 256 over SWA block 4 or 8 (DeepSeek-V4-Flash's
+# compressor states, an alignment of 64 or 32 SWA chunks): hit-preservation-
+# neighbours' query for lookup-window at full 256 / SWA 4 was undecided after
+# 70 M units (457 s), so those shapes stay covered by no lifted proof.
+FAMILY_EXTRA_SHAPES = ((256, 64, 1), (64, 32, 1), (32, 16, 1), (32, 16, 8), (32, 16, 64),
+                       (16, 16, 16), (36, 4, 1), (16, 8, 2))
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """One member of the block-shape family: the full-attention block
+    (None: SWA only), the SWA block and ``blocks_per_chunk`` fixed, so the
+    alignment (the full-attention chunk, or the SWA chunk with no
+    full-attention group) is fixed; the window (>= 1, with ``W +
+    extra_retained_tokens >= 2``), ``extra_retained_tokens`` and EAGLE
+    symbolic and unbounded; the retention interval per ``retention``:
+    ``"none-or-zero"`` (None or 0, symbolic) or ``"none"``. ``no_eagle``: EAGLE off;
+    ``window_one_past_chunks``: ``W - 1`` a multiple of the SWA chunk and
+    shorter than the alignment (as in the worked geometries), no EAGLE, no ``extra_retained_tokens``, no retention interval (the premise
+    of ``hit-preserving-wastes``)."""
+
+    full_block: int | None
+    swa_block: int
+    bpc: int = 1
+    retention: str = "none-or-zero"
+    no_eagle: bool = False
+    window_one_past_chunks: bool = False
+    example = None  # no worked example: a counterexample search uses the readable bounds
+
+    @property
+    def name(self) -> str:
+        full = "SWA only" if self.full_block is None else f"full block {self.full_block}"
+        return f"family: {full}, SWA block {self.swa_block}, blocks_per_chunk {self.bpc}"
+
+    def pins(self, ctx) -> list:
+        s, lk = ctx.s, ctx.lk
+        A = (self.full_block or self.swa_block) * self.bpc
+        out = [s.B == self.swa_block, s.bpc == self.bpc, s.A == A, s.has_align,
+               lk.has_full == (self.full_block is not None)]
+        if self.full_block is not None:
+            out.append(lk.full_block_tokens == self.full_block)
+        if self.retention == "none" or self.window_one_past_chunks:
+            out.append(s.retention_mode == RetentionMode.NONE)
+        else:
+            assert self.retention == "none-or-zero", self.retention
+            out.append(s.retention_mode != RetentionMode.POSITIVE)
+        if self.no_eagle or self.window_one_past_chunks:
+            out.append(z3.Not(s.eagle))
+        if self.window_one_past_chunks:
+            out += [lk.extra == 0, (lk.W - 1) % (self.swa_block * self.bpc) == 0, lk.W - 1 < A]
+        return out
+
+    def example_pins(self, ctx) -> list:
+        return []
+
+
+def family(**kw) -> tuple[BlockShape, ...]:
+    """The block-shape family (:data:`FAMILY_SWA_BLOCKS` x
+    :data:`FAMILY_FULL_BLOCKS` at ``blocks_per_chunk`` 1, and
+    :data:`FAMILY_EXTRA_SHAPES`), each member with ``kw`` (``BlockShape``'s
+    flags)."""
+    shapes = [(B if f == "same" else f, B, 1) for B in FAMILY_SWA_BLOCKS for f in FAMILY_FULL_BLOCKS]
+    shapes += [x for x in FAMILY_EXTRA_SHAPES if x not in shapes]
+    return tuple(BlockShape(f, B, bpc, **kw) for f, B, bpc in shapes)
+
+
+def family_text(kw_text: str = "") -> str:
+    """A row's scope for the family: what is fixed, what ranges over it, what is symbolic."""
+    full = ", ".join("SWA only" if f is None else "the SWA block" if f == "same" else str(f)
+                     for f in FAMILY_FULL_BLOCKS)
+    extra = ", ".join(f"({'none' if f is None else f}, {b}, {c})" for f, b, c in FAMILY_EXTRA_SHAPES)
+    return ("block-shape family (proofs/geometries.py): SWA block in "
+            + "{" + ", ".join(map(str, FAMILY_SWA_BLOCKS)) + "} x full-attention block in {"
+            + full + "} at blocks_per_chunk 1, and (full, SWA, blocks_per_chunk) in {" + extra
+            + "}: each member's block sizes and blocks_per_chunk fixed, so the alignment "
+            "(the full-attention chunk, or the SWA chunk with SWA only) is fixed; symbolic and "
+            "unbounded in each: window W >= 1 (W + extra_retained_tokens >= 2), "
+            "extra_retained_tokens" + kw_text)
+
+
+def worked_text(geometries, which: str = "") -> str:
+    """A lifted row's scope, its worked part: how many of the worked
+    geometries (named when few), then the family's text follows."""
+    names = "" if len(geometries) > 3 else " (" + ", ".join(g.name for g in geometries) + ")"
+    return (f"the {len(geometries)} worked geometries{which} of proofs/geometries.py "
+            f"(concrete){names} and the ")

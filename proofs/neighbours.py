@@ -31,8 +31,8 @@ is the obligation ``lookup-run-stored``, proved for later requests of up to
 
 No bound on keys: the dense lookup is the closed form of a prefix
 (``prefix_keys``, proved by ``lookup-prefix-scan``), the rule's stores enter
-only through the one chunk. Static, per geometry of the grid without a
-retention interval (a retention interval promises only some later requests;
+only through the one chunk. Static, per geometry of the worked grid without a
+retention interval and per member of the block-shape family without one (a retention interval promises only some later requests;
 world (a) covers those rows), two queries per geometry (with and without
 ``max_load_tokens``: a partition Z3 decides faster than the whole).
 
@@ -262,7 +262,16 @@ def lost_chunks(cex: dict, dense, swa) -> list[int]:
 
 
 def _geometries():
-    """The grid's geometries without a retention interval."""
+    """The grid's geometries without a retention interval (the worked ones
+    whose counterexamples tests/vllm replays)."""
     from kvreach.proofs.geometries import GEOMETRIES
 
     return tuple(g for g in GEOMETRIES if g.retention is None)
+
+
+def grid():
+    """The row's grid: the worked geometries without a retention interval,
+    then the block-shape family without one (``geometries.family``)."""
+    from kvreach.proofs.geometries import family
+
+    return _geometries() + family(retention="none")

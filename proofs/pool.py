@@ -21,7 +21,7 @@ from kvreach.proofs import cache
 from kvreach.proofs.config import measured_rlimits
 from kvreach.proofs.framework import Role
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS, run_order
-from kvreach.proofs.rows import Row, expected_table, rows_for
+from kvreach.proofs.rows import Row, expected_table, rows_for, selected_rows
 from kvreach.proofs.runner import cached_row, rest_on, run_row
 
 
@@ -45,7 +45,7 @@ def _worker_init(parent_pid: int) -> None:
 
 
 def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None = None,
-        vllm: str | None = None):
+        vllm: str | None = None, deep: bool = False):
     """Yield one Row per (obligation, rule, load model, vllm group),
     invariants first; ``vllm``: a version, the rows about it."""
     if obligation is not None and obligation not in OBLIGATIONS:
@@ -59,7 +59,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     if vllm is not None:
         check_vllm(vllm)
     table = expected_table()
-    todo = list(rows_for(obligation, rule, model, vllm))
+    todo = selected_rows(obligation, rule, model, vllm, deep)
     rules = RULES if rule is None else (rule,)
     # Lifecycle proofs rest on their rule's invariant. Every row runs at once,
     # as if each invariant held; a proof whose invariant then fails is

@@ -34,7 +34,7 @@ def git_commit() -> str | None:
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def run_header(obligation, rule, load_model, total: float, vllm=None) -> dict:
+def run_header(obligation, rule, load_model, total: float, vllm=None, deep: bool = False) -> dict:
     """The ``run`` header of ``prove --json``: what ran, with which versions,
     when (one field) and how long; every other field is reproducible."""
     import platform
@@ -52,7 +52,7 @@ def run_header(obligation, rule, load_model, total: float, vllm=None) -> dict:
         "kvreach": version, "git_commit": git_commit(),
         "z3": z3.get_version_string(), "python": platform.python_version(),
         "selection": {"obligation": obligation, "rule": rule, "load_model": load_model,
-                      "vllm": vllm},
+                      "vllm": vllm, "deep": deep},
         "seconds": round(total, 3),
     }
 

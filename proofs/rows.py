@@ -107,6 +107,15 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None,
                         yield name, r, m, name_g
 
 
+def selected_rows(obligation: str | None, rule: str | None, model: str | None,
+                  vllm: str | None = None, deep: bool = False):
+    """The rows a run makes: :func:`rows_for`'s, without the rows of the
+    deep obligations (``Obligation.deep``) unless ``deep`` or the obligation
+    is selected by name."""
+    return [k for k in rows_for(obligation, rule, model, vllm)
+            if deep or obligation or not OBLIGATIONS[k[0]].deep]
+
+
 def default_vllm(name: str, rule: str) -> str:
     """The release group of ``name``'s row under ``rule`` that is about
     vLLM 0.33.0 (the rule's only group when none is: vllm-0.29's)."""

@@ -213,7 +213,7 @@ def test_prove_single_static_obligation(tmp_path):
     doc = json.loads(js.read_text())
     assert {"date", "kvreach", "git_commit", "z3", "python", "selection", "seconds"} <= set(doc["run"])
     assert doc["run"]["selection"] == {"obligation": "load-window-blocks", "rule": None,
-                                       "load_model": None, "vllm": None}
+                                       "load_model": None, "vllm": None, "deep": False}
     rows = doc["rows"]
     assert len(rows) == 1
     row = rows[0]

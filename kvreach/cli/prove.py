@@ -41,10 +41,14 @@ def prove(
     no_cache: Annotated[bool, typer.Option(
         "--no-cache", help="solve every query, ignoring the result cache of unchanged "
                            "queries (the cache is also off when CI=true)")] = False,
+    deep: Annotated[bool, typer.Option(
+        "--deep", help="also run the deep rows: hit-preservation-neighbours and "
+                       "hit-preserving-wastes over the block-shape family (docs/proofs-cost.md; "
+                       "without it they run only when named by --obligation)")] = False,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
     from kvreach.proofs import pool, results
-    from kvreach.proofs.rows import rows_for
+    from kvreach.proofs.rows import selected_rows
 
     _check_choice("--rule", rule, check_rule)
     _check_choice("--load-model", load_model, check_load_model)
@@ -62,20 +66,20 @@ def prove(
     # this run only: a caller in the same process keeps its own setting)
     previous = os.environ.get(cache.ENV)
     os.environ[cache.ENV] = "0" if no_cache else "1"
-    todo = list(rows_for(obligation, rule, load_model, vllm))
+    todo = selected_rows(obligation, rule, load_model, vllm, deep)
     if not todo:
         _empty_selection(obligation, rule, load_model, vllm)
     order = run_order(todo)  # the order pool.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
     out, err = (_err() if to_stdout else _out()), _err()
     rows: list = []
-    header = results.run_header(obligation, rule, load_model, 0.0, vllm)  # the code and time it starts with
+    header = results.run_header(obligation, rule, load_model, 0.0, vllm, deep)  # the code and time it starts with
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     stop = lambda: (f"interrupted: {len(rows)} of {len(order)} row(s) proved in "  # noqa: E731
                     f"{time.perf_counter() - t0:.1f} s; nothing written")
     with ExitOnInterrupt(stop, before_exit=lambda: err.show_cursor(True)):
         try:
-            for row in _rows_with_progress(pool.run(obligation, rule, load_model, vllm=vllm), order, err, t0):
+            for row in _rows_with_progress(pool.run(obligation, rule, load_model, vllm=vllm, deep=deep), order, err, t0):
                 rows.append(row)
         except ParamError as e:
             raise _from_param_error(e) from None
@@ -117,7 +121,7 @@ def _empty_selection(obligation: str | None, rule: str | None, load_model: str |
                      vllm: str | None) -> None:
     """No row matches the options: one line naming the last narrowing option
     and the values it could take with the others kept."""
-    from kvreach.proofs.rows import rows_for
+    from kvreach.proofs.rows import selected_rows
 
     given = {"--obligation": obligation, "--rule": rule, "--load-model": load_model,
              "--vllm": vllm}

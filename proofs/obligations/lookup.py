@@ -26,7 +26,7 @@ from kvreach.proofs.config import (
 from kvreach.proofs.decode import lost_hit_chunks, unloaded_kept_chunk
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
-from kvreach.proofs.geometries import Geometry
+from kvreach.proofs.geometries import Geometry, family, family_text, worked_text
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import z3_max, z3_min
@@ -304,13 +304,40 @@ def _geometries_no_eagle_no_retention():
 
 # --- the obligations --------------------------------------------------------
 
+# A lifted row's grid: the worked geometries of proofs/geometries.py first
+# (their counterexamples decode at their worked examples and replay on vLLM's
+# scheduler, tests/vllm), then every member of the block-shape family
+# (``geometries.family``: block sizes and blocks_per_chunk fixed, window,
+# extra_retained_tokens, EAGLE and the retention interval's None / 0 symbolic).
+# Lifted to the family so far: hit-preserving-wastes (and world (b)'s
+# hit-preservation-neighbours, proofs/neighbours.py). The other rows stay per
+# worked geometry: over the family, hit-preservation's step for lookup-window
+# was undecided within 10 M units for full 36 / SWA 4 and full 256 / SWA 64
+# (docs/proofs-cost.md), and the static rows were not measured in time.
 _GRID = _geometries()
 _GRID_LOOKUP = _geometries_of_the_lookup()
-_GRID_W1 = _geometries_window_one_past_chunks()
+# hit-preserving-wastes: the members with a full-attention chunk longer than
+# the SWA chunk (the alignment more than one SWA chunk, as in the worked
+# geometries); with the alignment one chunk (full block = SWA block) its
+# query is satisfiable (full block 4, SWA block 4, W 5), and so it is with
+# W - 1 a multiple of the alignment (full block 256, SWA block 4, W 257): the
+# window (geometries.BlockShape) is kept shorter than the alignment.
+_GRID_W1 = _geometries_window_one_past_chunks() + tuple(
+    g for g in family(window_one_past_chunks=True)
+    if g.full_block is not None and g.full_block > g.swa_block)
 _GRID_ALIGNED = _geometries_no_eagle_no_retention()
+
+
 _GRID_TEXT = "geometry fixed to each of the grid (proofs/geometries.py)"
 _GRID_LOOKUP_TEXT = (f"geometry fixed to each of the grid's {len(_GRID_LOOKUP)} without a "
                      "retention interval (proofs/geometries.py")
+_GRID_W1_TEXT = (worked_text(_geometries_window_one_past_chunks(),
+                         " where W - 1 is a multiple of the SWA chunk")
+                 + family_text("; only the members whose full-attention block is larger than "
+                               "the SWA block (the alignment more than one SWA chunk); fixed: "
+                               "extra_retained_tokens 0, EAGLE off, no retention "
+                               "interval, and the window W - 1 a multiple of the SWA chunk and below the "
+                               "alignment (W - 1 < A)"))
 
 
 def _no_waste_scope(variant: str | None) -> str:
@@ -442,14 +469,12 @@ HIT_PRESERVING_WASTES = Obligation(
     "loaded by no later request's dense hit (so no rule is both hit-preserving "
     "and waste-free there, worlds (a) and (b): their dense stores are prefixes).",
     "static", mutant=mutants.READ_WINDOW_LOOKUP,
-    scope=("geometry fixed to each of the grid's geometries where W - 1 is a multiple "
-           "of the SWA chunk (" + ", ".join(g.name.split(",")[0] for g in _GRID_W1) + "); "
-           "the later request any length, shared prefix, GPU-local hit and max_load_tokens "
+    scope=("geometry: " + _GRID_W1_TEXT + "; the later request any length, shared prefix, GPU-local hit and max_load_tokens "
            "(unbounded), the store dense (a prefix: one request's or a union's); "
            "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE),
     queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
     grid=_GRID_W1, split=False,
-    reads=LOOKUP_PARTS,
+    deep=True, reads=LOOKUP_PARTS,
 )
 LOOKUP_MONOTONE = Obligation(
     "lookup-monotone",
@@ -588,7 +613,7 @@ def _plain_later_request(ctx: Ctx) -> list[list]:
 # counterexample decodes to its case where it has one.
 _F11_029 = Geometry("F11 0.29.0 case: full block 2, SWA block 4, window 8", 2, 4, 8)
 _F11_030 = Geometry("F11 0.30.0 case: SWA only, block 2, window 4, extra 4", None, 2, 4, extra=4)
-_GRID_LOAD = (_F11_029, _F11_030) + _GRID_LOOKUP
+_GRID_LOAD = (_F11_029, _F11_030) + _geometries_of_the_lookup()
 
 LOAD_EARLY = Mutant(  # spec.lookup.lookup
     "load-one-chunk-early", {"load_early_by": 1},
@@ -610,7 +635,7 @@ LOAD_READS_CHECKED = Obligation(
            "chunks) per group (any length up to that, GPU-local hit, max_load_tokens), every "
            "HIT / MISS answer per key of each group (uninterpreted), the full-attention group "
            "an EAGLE group or not; geometry fixed to each of docs/findings.md F11's two cases and the "
-           f"grid's {len(_GRID_LOOKUP)} without a retention interval (proofs/geometries.py); "
+           f"grid's {len(_geometries_of_the_lookup())} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
     queries=_load_reads_checked, rule_specific=False, model_specific=False,

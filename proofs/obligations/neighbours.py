@@ -10,9 +10,10 @@ from __future__ import annotations
 from kvreach.proofs import mutants, neighbours
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS, SCOPE_FULL_NOT_EAGLE
 from kvreach.proofs.framework import Obligation, Replay
+from kvreach.proofs.geometries import family_text, worked_text
 from kvreach.proofs.matrix import LOOKUP_PARTS
 
-_GRID = neighbours._geometries()
+_GRID = neighbours.grid()
 
 SCOPE = (
     f"world (b), same-rule neighbours: {NEIGHBOURS_REQUESTS} earlier requests of one "
@@ -21,8 +22,10 @@ SCOPE = (
     "at each one's final horizon (one-shot; no request's lookup or hit changes another's "
     "stores), full-attention chunks dense; a later request of any length, any prefixes "
     "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense "
-    "lookup's closed form and one chunk of its accepted run); geometry fixed to each of the "
-    f"grid's {len(_GRID)} without a retention interval (proofs/geometries.py); HIT / MISS "
+    "lookup's closed form and one chunk of its accepted run); no retention interval (the "
+    "world's earlier requests store without one: a retention interval promises only some "
+    "later requests, world (a) covers those); geometry: " + worked_text(neighbours._geometries(),
+    " without a retention interval") + family_text(", EAGLE") + "; HIT / MISS "
     "answers, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE
 )
 
@@ -35,6 +38,6 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours._queries,
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
     split=False, replayable=neighbours.replayable, witness=neighbours.replay,
-    bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS,
+    bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS, deep=True,
     vllm_replay=Replay("neighbours"),
 )

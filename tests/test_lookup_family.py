@@ -1,0 +1,111 @@
+"""The lookup obligations over the block-shape family (``proofs/geometries.py``
+``family``) reach shapes the worked geometries do not: a lookup whose window
+is one chunk wider for SWA block 32 only (a block size none of the worked
+geometries has) keeps every hit in each worked geometry, and loses one in
+the family's SWA-block-32 members, so ``hit-preservation-neighbours``' query
+for ``lookup-window`` (whose stores are sized for the unplanted lookup)
+rejects it there: in the member full block 64 / SWA block 32 (with the
+full-attention block the SWA block's, or SWA only, the alignment is one
+chunk and lookup-window stores every chunk, so no window change loses a hit
+there). ``hit-preservation``'s step, which the family does not yet lift,
+rejects it there too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import z3
+
+from kvreach.proofs import neighbours, runner
+from kvreach.proofs.geometries import GEOMETRIES, family
+from kvreach.proofs.induction import lifecycle_step_query
+from kvreach.proofs.obligations import OBLIGATIONS
+from kvreach.proofs.solve import Meter, _decide
+from kvreach.spec import lookup as spec_lookup
+
+PLANTED_BLOCK = 32
+
+
+@pytest.fixture
+def window_one_chunk_wider_at_block_32(monkeypatch):
+    """``spec.lookup.lookup`` with ``get_sliding_window_size_in_chunks`` one
+    chunk larger when the SWA block is 32 tokens (the padded initial window
+    with it: ``load_window_chunks`` reads the same function)."""
+    real_lookup, real_window = spec_lookup.lookup, spec_lookup.window_chunks
+
+    def planted(s, keys, *args, **kwargs):
+        def window_chunks(W, extra, C, variant="vllm-0.33", release=spec_lookup.DEFAULT_RELEASE):
+            return real_window(W, extra, C, variant, release) + z3.If(s.B == PLANTED_BLOCK, 1, 0)
+
+        monkeypatch.setattr(spec_lookup, "window_chunks", window_chunks)
+        try:
+            return real_lookup(s, keys, *args, **kwargs)
+        finally:
+            monkeypatch.setattr(spec_lookup, "window_chunks", real_window)
+
+    monkeypatch.setattr(spec_lookup, "lookup", planted)
+
+
+def _step_verdict(geometry):
+    ob = OBLIGATIONS["hit-preservation"]
+    ctx = runner._ctx("lookup-window", "any", release=runner._release(
+        "hit-preservation", "lookup-window", None))
+    ctx.pins = geometry.pins(ctx)
+    return _decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000))[0]
+
+
+def _neighbours_verdict(geometry):
+    """``hit-preservation-neighbours``' queries for lookup-window (0.34.0)
+    in one geometry: sat if either is."""
+    ctx = runner._ctx("lookup-window", "any", release=runner._release(
+        "hit-preservation-neighbours", "lookup-window", None))
+    ctx.pins = geometry.pins(ctx)
+    verdicts = [runner._solve(q.premise + [q.violation], 60_000_000)[0]
+                for q in neighbours._queries(ctx)]
+    return z3.sat if z3.sat in verdicts else (z3.unsat if all(
+        v == z3.unsat for v in verdicts) else z3.unknown)
+
+
+MEMBER_32 = next(g for g in family(retention="none")
+                 if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
+
+
+def test_family_has_swa_block_32_and_the_worked_geometries_do_not():
+    assert PLANTED_BLOCK not in {g.swa_block for g in GEOMETRIES}
+    assert MEMBER_32 in OBLIGATIONS["hit-preservation-neighbours"].grid
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_family(
+        window_one_chunk_wider_at_block_32):
+    assert _neighbours_verdict(MEMBER_32) == z3.sat
+    assert _step_verdict(MEMBER_32) == z3.sat  # world (a)'s step too
+
+
+def test_planted_window_change_is_invisible_in_a_worked_geometry(
+        window_one_chunk_wider_at_block_32):
+    """The worked geometry of block 16 and window 128 does not see it (so
+    the family, not the worked grid, rejects the planted change)."""
+    worked = next(g for g in GEOMETRIES if g.name == "block 16, window 128")
+    assert _neighbours_verdict(worked) == z3.unsat
+    assert _step_verdict(worked) == z3.unsat
+
+
+def test_unplanted_family_member_is_proved():
+    """Without the plant the same member's queries are unsat (the test above
+    is about the plant, not the member)."""
+    assert _neighbours_verdict(MEMBER_32) == z3.unsat
+    assert _step_verdict(MEMBER_32) == z3.unsat
+
+
+def test_deep_rows_run_with_deep_or_by_name_only():
+    """``kvreach prove`` leaves the deep obligations' rows out unless
+    ``--deep`` or ``--obligation`` names one; ``rows_for`` (the catalog's)
+    lists every row."""
+    every = set(runner.rows_for(None, None, None))
+    default = set(runner.selected_rows(None, None, None))
+    deep = set(runner.selected_rows(None, None, None, deep=True))
+    assert deep == every and default < every
+    assert {k[0] for k in every - default} == {n for n, o in OBLIGATIONS.items() if o.deep}
+    assert "hit-preservation-neighbours" in {n for n, o in OBLIGATIONS.items() if o.deep}
+    assert runner.selected_rows("hit-preservation-neighbours", None, None) == list(
+        runner.rows_for("hit-preservation-neighbours", None, None))
