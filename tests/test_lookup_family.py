@@ -16,11 +16,11 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvreach.proofs import neighbours, runner
+from kvreach.proofs import neighbours, rows
 from kvreach.proofs.geometries import GEOMETRIES, family
 from kvreach.proofs.induction import lifecycle_step_query
 from kvreach.proofs.obligations import OBLIGATIONS
-from kvreach.proofs.solve import Meter, _decide
+from kvreach.proofs.solve import Meter, check_terms, decide
 from kvreach.spec import lookup as spec_lookup
 
 PLANTED_BLOCK = 32
@@ -48,19 +48,19 @@ def window_one_chunk_wider_at_block_32(monkeypatch):
 
 def _step_verdict(geometry):
     ob = OBLIGATIONS["hit-preservation"]
-    ctx = runner._ctx("lookup-window", "any", release=runner._release(
+    ctx = rows.ctx_for("lookup-window", "any", release=rows.release_for(
         "hit-preservation", "lookup-window", None))
     ctx.pins = geometry.pins(ctx)
-    return _decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000))[0]
+    return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000))[0]
 
 
 def _neighbours_verdict(geometry):
     """``hit-preservation-neighbours``' queries for lookup-window (0.34.0)
     in one geometry: sat if either is."""
-    ctx = runner._ctx("lookup-window", "any", release=runner._release(
+    ctx = rows.ctx_for("lookup-window", "any", release=rows.release_for(
         "hit-preservation-neighbours", "lookup-window", None))
     ctx.pins = geometry.pins(ctx)
-    verdicts = [runner._solve(q.premise + [q.violation], 60_000_000)[0]
+    verdicts = [check_terms(q.premise + [q.violation], 60_000_000)[0]
                 for q in neighbours._queries(ctx)]
     return z3.sat if z3.sat in verdicts else (z3.unsat if all(
         v == z3.unsat for v in verdicts) else z3.unknown)
@@ -101,11 +101,11 @@ def test_deep_rows_run_with_deep_or_by_name_only():
     """``kvreach prove`` leaves the deep obligations' rows out unless
     ``--deep`` or ``--obligation`` names one; ``rows_for`` (the catalog's)
     lists every row."""
-    every = set(runner.rows_for(None, None, None))
-    default = set(runner.selected_rows(None, None, None))
-    deep = set(runner.selected_rows(None, None, None, deep=True))
+    every = set(rows.rows_for(None, None, None))
+    default = set(rows.selected_rows(None, None, None))
+    deep = set(rows.selected_rows(None, None, None, deep=True))
     assert deep == every and default < every
     assert {k[0] for k in every - default} == {n for n, o in OBLIGATIONS.items() if o.deep}
     assert "hit-preservation-neighbours" in {n for n, o in OBLIGATIONS.items() if o.deep}
-    assert runner.selected_rows("hit-preservation-neighbours", None, None) == list(
-        runner.rows_for("hit-preservation-neighbours", None, None))
+    assert rows.selected_rows("hit-preservation-neighbours", None, None) == list(
+        rows.rows_for("hit-preservation-neighbours", None, None))
