@@ -43,8 +43,9 @@ def prove(
                            "queries (the cache is also off when CI=true)")] = False,
     deep: Annotated[bool, typer.Option(
         "--deep", help="also run the deep rows: hit-preservation-neighbours and "
-                       "hit-preserving-wastes over the block-shape family (docs/proofs-cost.md; "
-                       "without it they run only when named by --obligation)")] = False,
+                       "hit-preserving-wastes over the block-shape family, lookup-monotone "
+                       "(docs/proofs-cost.md; without it they run only when named by "
+                       "--obligation)")] = False,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""
     from kvreach.proofs import pool, results
