@@ -79,3 +79,25 @@ def test_a_prompt_past_the_view_says_so():
                             "--budget", "2048", "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["groups"]["swa"]["lookup"].startswith("not computed: 1,251 later requests")
+
+
+def test_plot_draws_the_lookups_lost_hit(tmp_path, monkeypatch):
+    """plot's default map is the lookup's: F6's chunk 292 is missed and the
+    stored chunks no later request loads are wasted; --load-model intended
+    draws the approximate model under its name (nothing missed)."""
+    pytest.importorskip("matplotlib")
+    args = ["plot", "--rule", "vllm-0.33", *W17, "--chunks", "270:297"]
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "lookup.png")])
+    assert r.exit_code == 0, r.stderr
+    assert ("vllm-0.33, vLLM 0.34.0's lookup, chunks 270-296: stored 12, loadable 1, "
+            "wasted 12, missed 1; wasted 275-278,284-287,293-296, missed 292") in r.stdout
+    titles = []
+    from kvreach import plot as kplot
+    real = kplot.draw
+    monkeypatch.setattr(kplot, "draw", lambda maps, out, suptitle=None: (
+        titles.append(suptitle), real(maps, out, suptitle=suptitle))[1])
+    r = runner.invoke(app, [*args, "--load-model", "intended", "--out", str(tmp_path / "i.png")])
+    assert titles[-1].endswith("--load-model intended --chunks 270:297"), titles
+    assert r.exit_code == 0, r.stderr
+    assert "vllm-0.33, load model intended, chunks 270-296: stored 12, loadable 12, wasted 0, " \
+           "missed 0" in r.stdout
