@@ -143,13 +143,13 @@ def plot(
                        f"a scenario of at most {kplot.MAX_DRAWN_ROWS} scheduler steps to draw "
                        f"(this one has {steps}); raise --budget, shorten --prompt or --decode, "
                        "or use `kvreach simulate`")
-    titles: list = [None] * len(traces)
-    if load_model is None:
-        tjs, titles = _lookup_sets(scenario, traces, tjs)
     try:
         lo, hi = kplot.drawable_range(max(kplot.chunk_extent(tj) for tj in tjs), zoom)
     except ValueError as e:
         raise CliError("--chunks", chunks or "(whole request)", str(e)) from None
+    titles: list = [None] * len(traces)
+    if load_model is None:  # after every refusal: the view costs a lookup per later request
+        tjs, titles = _lookup_sets(scenario, traces, tjs)
     maps = [kplot.chunk_map(tj, lo, hi, title) for tj, title in zip(tjs, titles)]
     command = "kvreach plot " + _scenario_flags(scenario, rules)
     if load_model is not None and "--load-model" not in command:  # its default, given
