@@ -27,16 +27,19 @@ WASTED = set(PR_54362_WASTED)  # F1
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 SCENARIOS = {
-    "pr-029": ["--rule", "vllm-0.29", *PR],
-    "pr-033": ["--rule", "vllm-0.33", *PR],
+    "pr-029": ["--rule", "vllm-0.29", *PR, "--load-model", "intended"],
+    "pr-033": ["--rule", "vllm-0.33", *PR, "--load-model", "intended"],
     "pr-029-aligned": ["--rule", "vllm-0.29", *PR, "--load-model", "aligned"],
-    "abort-after-1": ["--rule", "vllm-0.33", *PR, "--abort-after-step", "1"],
-    "abort-after-1-async-029": ["--rule", "vllm-0.29", *PR, "--abort-after-step", "1", "--async"],
-    "decode-40-F2": ["--rule", "vllm-0.33", *PR, "--decode", "40", "--no-offload-prompt-only"],
+    "abort-after-1": ["--rule", "vllm-0.33", *PR, "--abort-after-step", "1",
+                      "--load-model", "intended"],
+    "abort-after-1-async-029": ["--rule", "vllm-0.29", *PR, "--abort-after-step", "1", "--async",
+                                "--load-model", "intended"],
+    "decode-40-F2": ["--rule", "vllm-0.33", *PR, "--decode", "40", "--no-offload-prompt-only",
+                     "--load-model", "intended"],
     "eagle-retention-F3": ["--rule", "vllm-0.33", *PR[:6], "--eagle", "--retention-interval",
-                           "0", "--prompt", "30", "--budget", "1000"],
+                           "0", "--prompt", "30", "--budget", "1000", "--load-model", "intended"],
     "eagle-decode-029": ["--rule", "vllm-0.29", *PR, "--eagle", "--decode", "8",
-                         "--no-offload-prompt-only"],
+                         "--no-offload-prompt-only", "--load-model", "intended"],
 }
 
 
@@ -106,6 +109,22 @@ def test_plot_draws_the_simulated_sets(name, tmp_path, drawn):
     assert f"wrote {out} and {tmp_path / 'map.svg'}" in r.stdout
 
 
+@pytest.mark.parametrize("name", ["pr-029", "pr-033", "abort-after-1", "decode-40-F2"])
+def test_plot_by_default_draws_the_lookups_sets(name, tmp_path, drawn):
+    """Without --load-model the map's end row is simulate's lookup view:
+    wasted = stored and loaded by no later request, missed = asked for by a
+    later lookup and not stored."""
+    args = [a for a in SCENARIOS[name] if a not in ("--load-model", "intended")]
+    view = sim_json(args)["groups"]["swa"]["lookup"]
+    r = invoke("plot", *args, "--out", str(tmp_path / "map.png"))
+    assert r.exit_code == 0, r.stderr
+    end = drawn[0][0].row(kplot.END_ROW)
+    assert end.chunks(kplot.WASTED) == set(view["stored_not_loaded"])
+    assert end.chunks(kplot.MISSED) == set(view["asked_not_stored"])
+    assert end.chunks(kplot.STORED) == set(view["loaded"])
+    assert "'s lookup, " in r.stdout
+
+
 def test_plot_data_equals_drawn():
     """chunk_map on simulate --json's own trace equals what draw read back."""
     doc = sim_json(SCENARIOS["pr-029"])
@@ -115,7 +134,8 @@ def test_plot_data_equals_drawn():
 
 def test_compare_two_panels_same_range(tmp_path, drawn):
     out = tmp_path / "cmp.svg"
-    r = invoke("plot", "--compare", "vllm-0.29", "vllm-0.33", *PR, "--out", str(out))
+    r = invoke("plot", "--compare", "vllm-0.29", "vllm-0.33", *PR, "--load-model", "intended",
+               "--out", str(out))
     assert r.exit_code == 0, r.stderr
     (maps,) = drawn
     assert [m.rule for m in maps] == ["vllm-0.29", "vllm-0.33"]
@@ -166,7 +186,7 @@ def test_zoomed_totals_count_the_drawn_range(lo, hi, tmp_path, drawn, monkeypatc
 
     monkeypatch.setattr(kplot, "draw", spy)
     r = invoke("plot", "--compare", "vllm-0.29", "vllm-0.33", *PR, "--chunks", f"{lo}:{hi}",
-               "--out", str(tmp_path / "z.png"))
+               "--load-model", "intended", "--out", str(tmp_path / "z.png"))
     assert r.exit_code == 0, r.stderr
     assert f"--chunks {lo}:{hi}" in titles[-1]
     maps = drawn[0]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from kvreach.cli._common import CliError, _from_param_error
+from kvreach.model_config import DerivedModel, ModelConfigError, derive, load
 from kvreach.models import PRESETS
 from kvreach.params import LOAD_MODELS, MAX_CHUNKS, MAX_STEPS, MAX_TOKENS, ParamError
 from kvreach.scenario import Scenario, run_scenario
@@ -86,6 +87,19 @@ SCENARIO_OPTIONS: list[_Opt] = [
 MODEL_OPTION = _Opt("model", "--model", Optional[str], None,
                     "a real model's groups instead of --full-block-size, --swa-block-size and "
                     "--window (and --eagle for an MTP group): one of " + ", ".join(PRESETS))
+MODEL_CONFIG_OPTIONS = [
+    _Opt("model_config", "--model-config", Optional[str], None,
+         "a local Hugging Face config.json: the groups vLLM 0.34.0 derives for it (block "
+         "sizes, window, EAGLE/MTP, extra_retained_tokens) instead of --full-block-size, "
+         "--swa-block-size and --window"),
+    _Opt("block_size", "--block-size", Optional[int], None,
+         "with --model-config: CacheConfig.block_size (vLLM's --block-size; default 16)"),
+    _Opt("tp", "--tp", Optional[int], None,
+         "with --model-config: tensor parallel size (KV heads per rank; default 1)"),
+    _Opt("mtp", "--mtp", Optional[int], None,
+         "with --model-config: serve with the config's MTP layer as the draft "
+         "(speculative method mtp) and N speculative tokens"),
+]
 GEOMETRY = {"full_block_size": "--full-block-size", "swa_block_size": "--swa-block-size",
             "window": "--window"}
 
@@ -99,7 +113,7 @@ def _with_model(model: str | None, fields: dict) -> dict:
             if fields[name] is None:
                 raise CliError(GEOMETRY[name], "(missing)",
                                "an integer >= 1, or --model NAME (one of "
-                               + ", ".join(PRESETS) + ")")
+                               + ", ".join(PRESETS) + "), or --model-config PATH")
         return fields
     preset = PRESETS.get(model)
     if preset is None:
@@ -116,6 +130,62 @@ def _with_model(model: str | None, fields: dict) -> dict:
     }
 
 
+def _derived_line(path: str, d: DerivedModel) -> str:
+    """The derivation in one line: each kind of group's block, window, count,
+    layers and bytes."""
+    kinds: dict[tuple, list] = {}
+    for g in d.groups:
+        kinds.setdefault((g.kind, g.window, g.block_size, g.page_bytes, g.eagle), []).append(g)
+    parts = []
+    for (_, window, block, page, eagle), gs in kinds.items():
+        name = "full" if window is None else f"SWA W {window}"
+        count = f" x{len(gs)} groups" if len(gs) > 1 else ""
+        size = "" if page is None else f", {page:,} bytes/block/layer"
+        parts.append(f"{name} block {block}{count} ({sum(g.layers for g in gs)} layers{size}"
+                     + (", EAGLE" if eagle else "") + ")")
+    return (f"model-config {path} ({d.model_type}, as vLLM 0.34.0 groups it): "
+            + "; ".join(parts) + f"; extra_retained_tokens {d.extra_retained_tokens}")
+
+
+def _with_model_config(opts: dict, model: str | None, fields: dict) -> dict:
+    """The scenario's fields with ``--model-config``'s derived groups filled
+    in (the derivation printed on stderr); one line for a bad config, a
+    config beside --model or the geometry it sets, or a config-only option
+    without it."""
+    path = opts["model_config"]
+    if path is None:
+        for o in MODEL_CONFIG_OPTIONS[1:]:
+            if opts[o.name] is not None:
+                raise CliError(o.flag, opts[o.name], "--model-config PATH beside it")
+        return _with_model(model, fields)
+    if model is not None:
+        raise CliError("--model-config", path, f"no --model beside it (--model {model})")
+    given = [GEOMETRY[n] for n in GEOMETRY if fields[n] is not None]
+    if fields["eagle"]:
+        given.append("--eagle")
+    if fields["extra_retained_tokens"]:
+        given.append("--extra-retained-tokens")
+    if given:
+        raise CliError("--model-config", path, "no " + ", ".join(given) + " beside it (the "
+                       "config sets them; --mtp N for its MTP draft)")
+    for o in MODEL_CONFIG_OPTIONS[1:]:
+        if opts[o.name] is not None and opts[o.name] < (0 if o.name == "mtp" else 1):
+            raise CliError(o.flag, opts[o.name],
+                           "an integer >= " + ("0" if o.name == "mtp" else "1"))
+    try:
+        d = derive(load(path), block_size=opts["block_size"] or 16, tp=opts["tp"] or 1,
+                   mtp=opts["mtp"] or 0)
+    except ModelConfigError as e:
+        # a config field is named with its file: "--model-config X: field=value"
+        flag = e.field if e.field == "--model-config" else f"--model-config {path}: {e.field}"
+        raise CliError(flag, e.value, e.expected) from None
+    typer.echo(_derived_line(path, d), err=True)
+    return fields | {
+        "full_block_size": d.full_block_size, "swa_block_size": d.swa_block_size,
+        "window": d.window, "eagle": d.eagle, "extra_retained_tokens": d.extra_retained_tokens,
+    }
+
+
 def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     """Give command ``fn`` the scenario options of :data:`SCENARIO_OPTIONS`
     after its own; ``fn`` receives them as one ``scenario: Scenario``."""
@@ -127,8 +197,8 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     # a scenario option ``fn`` declares itself (to tell "given" from "left
     # out": default None) is ``fn``'s; the scenario gets its default when None
     mine = {p.name for p in own}
-    shared = [MODEL_OPTION.parameter()] + [o.parameter() for o in SCENARIO_OPTIONS
-                                           if o.name not in mine]
+    shared = ([MODEL_OPTION.parameter()] + [o.parameter() for o in MODEL_CONFIG_OPTIONS]
+              + [o.parameter() for o in SCENARIO_OPTIONS if o.name not in mine])
 
     def value(o: _Opt, kw: dict) -> object:
         if o.name not in mine:
@@ -139,7 +209,9 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(fn)
     def command(**kw: object) -> None:
         model = kw.pop(MODEL_OPTION.name)
-        fields = _with_model(model, {o.name: value(o, kw) for o in SCENARIO_OPTIONS})
+        opts = {o.name: kw.pop(o.name) for o in MODEL_CONFIG_OPTIONS}
+        fields = _with_model_config(opts, model,
+                                    {o.name: value(o, kw) for o in SCENARIO_OPTIONS})
         return fn(scenario=Scenario(**fields), **kw)
 
     # fn's positional parameters first (e.g. --rule), then the scenario, then

@@ -11,7 +11,7 @@ import typer
 from kvreach.cli._common import CliError, _check_choice, _out
 from kvreach.cli._options import _run_scenario, _scenario_command, _scenario_flags
 from kvreach.cli.render import _print_drawn
-from kvreach.params import RULES, check_load_model, check_rule
+from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
 
@@ -73,6 +73,27 @@ def _draw(flag: str, out: Path, maps: list, suptitle: str) -> list:
         raise CliError(flag, out, f"a writable file ({e.strerror})") from None
 
 
+def _lookup_sets(scenario: Scenario, traces, tjs):
+    """Each trace's sets as the release's lookup sees them (kvreach.lookup_view,
+    as ``simulate`` prints them): loadable = loaded by a later request or asked
+    for and not stored, needed = asked for and not stored; -> (the traces'
+    JSON with those sets, the panel titles)."""
+    from kvreach.cli.simulate import _lookup_view
+    from kvreach.releases import DEFAULT as release
+
+    out, titles = [], []
+    for t, tj in zip(traces, tjs):
+        view = _lookup_view(scenario, t, release)
+        if isinstance(view, str):
+            raise CliError("--prompt", scenario.prompt, "a prompt whose later requests the "
+                           f"lookup view covers ({view}), or --load-model intended")
+        asked = sorted(view.asked_not_stored)
+        out.append(tj | {"loadable": sorted(view.loaded | view.asked_not_stored),
+                         "needed": asked})
+        titles.append(f"{t.rule}, vLLM {release.names[-1]}'s lookup")
+    return out, titles
+
+
 @_scenario_command
 def plot(
     out_file: Annotated[Path, typer.Option(
@@ -89,6 +110,9 @@ def plot(
     chunks: Annotated[Optional[str], typer.Option(
         "--chunks", metavar="LO:HI",
         help="draw chunks LO..HI-1 only (default: the whole request)")] = None,
+    load_model: Annotated[Optional[str], typer.Option(
+        "--load-model", help="draw an approximate load model's sets instead of the lookup's: "
+        "one of " + ", ".join(LOAD_MODELS) + " (default: what vLLM's lookup loads)")] = None,
     scenario: Scenario,
 ) -> None:
     """Draw the chunk map of one scenario (the options of `simulate`) to PNG and SVG.
@@ -109,7 +133,7 @@ def plot(
         _check_choice("--rule" if compare is None else "--compare", r, check_rule)
     png, svg = _plot_paths("--out", out_file)
     zoom = _chunk_range(chunks)
-    _check_choice("--load-model", scenario.load_model, check_load_model)
+    _check_choice("--load-model", load_model, check_load_model)
     traces = [_run_scenario(r, scenario) for r in rules]
 
     tjs = [t.to_json(scenario.load_model) for t in traces]
@@ -123,8 +147,13 @@ def plot(
         lo, hi = kplot.drawable_range(max(kplot.chunk_extent(tj) for tj in tjs), zoom)
     except ValueError as e:
         raise CliError("--chunks", chunks or "(whole request)", str(e)) from None
-    maps = [kplot.chunk_map(tj, lo, hi) for tj in tjs]
+    titles: list = [None] * len(traces)
+    if load_model is None:  # after every refusal: the view costs a lookup per later request
+        tjs, titles = _lookup_sets(scenario, traces, tjs)
+    maps = [kplot.chunk_map(tj, lo, hi, title) for tj, title in zip(tjs, titles)]
     command = "kvreach plot " + _scenario_flags(scenario, rules)
+    if load_model is not None and "--load-model" not in command:  # its default, given
+        command += f" --load-model {load_model}"
     if zoom is not None:
         command += f" --chunks {lo}:{hi}"
     drawn = _draw("--out", out_file, maps, command)

@@ -11,7 +11,8 @@ import typer
 
 from kvreach.cli._common import CliError, VllmOpt, _check_choice, _out, _release
 from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import _config_line, write_json, _print_steps, _sets_summary, store_side
+from kvreach.cli.render import (_config_line, _print_steps, _sets_summary, ranges, store_side,
+                                write_json)
 from kvreach.params import RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
@@ -38,6 +39,7 @@ def simulate(
     r = _release(vllm)
     _check_choice("--load-model", s.load_model, check_load_model)
     trace = _run_scenario(r if rule is None else rule, s)
+    view = _lookup_view(s, trace, r)
     rule_name = trace.rule
     load_model, g = s.load_model, trace.group
 
@@ -61,6 +63,7 @@ def simulate(
             "groups": {"swa": {
                 "steps": steps,
                 "stored": sorted(stored),
+                "lookup": view if isinstance(view, str) else view.to_json(stored),
                 "loadable": sorted(loadable),
                 "needed": sorted(needed),
                 "stored_not_loadable": sorted(set(stored) - loadable),
@@ -83,4 +86,53 @@ def simulate(
     _print_steps(out, tj, set(loadable), "SWA group: steps")
     out.print(f"final horizon {trace.final_horizon_chunks} chunks, computed {trace.computed_tokens} tokens",
               soft_wrap=True)
+    _lookup_summary(out, stored, view, r)
     _sets_summary(out, stored, set(loadable), set(needed), load_model)
+
+
+def _lookup_view(s: Scenario, trace, release):
+    """The release's lookup of the later requests repeating the prompt
+    (kvreach.lookup_view), or why it was not computed (a prompt with too
+    many chunk boundaries to look each up)."""
+    from kvreach.impl.release import lookup_parts
+    from kvreach.lookup_view import MAX_LATER_REQUESTS, lookup_view
+    from kvreach.scenario import lookup_groups
+
+    groups = lookup_groups(s, release)
+    try:
+        return lookup_view(groups, trace, lookup_parts(release))
+    except ValueError as e:
+        return (f"not computed: {e.args[0]:,} later requests, past {MAX_LATER_REQUESTS:,} "
+                "(`kvreach lookup --later-prompt N` looks one up)")
+
+
+def _lookup_summary(out, stored, view, release) -> None:
+    """The lookup's view first: loaded, stored and never loaded, asked for
+    and not stored, the later requests that lose hit tokens."""
+    if isinstance(view, str):
+        out.print(f"[bold]vLLM {release.names[-1]}'s lookup[/] of the later requests: {view}",
+                  soft_wrap=True)
+        return
+    st = set(stored)
+    never, asked = sorted(st - view.loaded), sorted(view.asked_not_stored)
+    out.print(f"[bold]vLLM {release.names[-1]}'s lookup[/] of {len(view.later_prompts)} later "
+              "requests (the prompt cut at every chunk boundary + 1 token, the prompt, the "
+              "prompt + 1 token):", soft_wrap=True)
+    out.print(f"  [bold]loaded[/] by a later request ({len(view.loaded)}): "
+              f"{ranges(sorted(view.loaded))}", soft_wrap=True)
+    style = "red" if never else "green"
+    out.print(f"  [{style}]stored, loaded by none[/] ({len(never)}): {ranges(never)}",
+              soft_wrap=True)
+    style = "red" if asked else "green"
+    out.print(f"  [{style}]asked for, not stored[/] ({len(asked)}): {ranges(asked)}",
+              soft_wrap=True)
+    for x in view.lost[:3]:
+        missing = (f", not stored {ranges(list(x.missing_chunks))}" if x.missing_chunks
+                   else "")
+        out.print(f"  [red]lost hit[/]: a later request of {x.later_prompt} tokens hits "
+                  f"{x.hit_tokens} tokens, {x.dense_hit_tokens} with dense stores (its SWA "
+                  f"load: {ranges(list(x.dense_loaded))}{missing})", soft_wrap=True)
+    if len(view.lost) > 3:
+        out.print(f"  ... {len(view.lost) - 3} more later requests lose hit tokens "
+                  "(--json lists them)", soft_wrap=True)
+    out.print("the approximate load model, by its name:", soft_wrap=True)

@@ -1,10 +1,9 @@
 """The vLLM release the vLLM-driven tests run on (the installed one) and how a
 test says which release it is about.
 
-- A test whose expected numbers are vLLM 0.33.0's behaviour (not the
-  installed release's) carries :data:`only_033` (skipped elsewhere, with the
-  reason; it runs in a 0.33.0 venv: ``tests/vllm_releases.venv("0.33.0")``,
-  or any venv made with ``python -m kvreach.vllm_install 0.33.0``).
+- A test is about the installed release: its expected numbers come from
+  kvreach's row or twin of that release (:func:`twin_release`), so it runs
+  on 0.33.0 and on 0.34.0 alike (CI runs tests/vllm on both).
 - A test comparing vLLM with kvreach's twin of the installed release takes
   :func:`twin` / :func:`record`: on a release kvreach has no record of yet
   (``kvreach.releases.RELEASES`` lacks it) it is skipped with that reason, and
@@ -20,12 +19,6 @@ from kvreach import releases as R
 
 INSTALLED: str = vllm.__version__
 KNOWN: tuple[str, ...] = tuple(v for r in R.RELEASES for v in r.names)
-
-only_033 = pytest.mark.skipif(
-    INSTALLED != "0.33.0",
-    reason=f"about vLLM 0.33.0's behaviour (the installed vLLM is {INSTALLED}); "
-           "run it with vLLM 0.33.0 (tests/vllm_releases.venv('0.33.0'))",
-)
 
 needs_record = pytest.mark.skipif(
     INSTALLED not in KNOWN,

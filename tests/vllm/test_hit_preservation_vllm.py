@@ -1,5 +1,5 @@
-"""hit-preservation's counterexamples, replayed on vLLM 0.33.0's real
-scheduler, and kvreach's rule ``lookup-window`` in the same scenarios.
+"""hit-preservation's counterexamples, replayed on the installed vLLM's real
+scheduler (0.33.0 or 0.34.0, each with the row about it), and kvreach's rule ``lookup-window`` in the same scenarios.
 
 For each geometry of ``proofs/geometries.py`` where ``kvreach prove`` finds
 that vLLM 0.33.0's rule loses a later request's hit, the counterexample the
@@ -38,9 +38,12 @@ W17_GROUPS = (full(_W17.full_block_size), swa(_W17.swa_block_size, _W17.window))
 
 
 @functools.lru_cache(maxsize=None)
-def counterexample(geometry_name: str):
+def counterexample(geometry_name: str, vllm: str | None = None):
+    """The row's counterexample in ``geometry_name``; ``vllm``: the row about
+    that release (its lookup), None: 0.33.0's."""
     g = next(x for x in GEOMETRIES if x.name == geometry_name)
-    _, cex = search.find_counterexample("hit-preservation", "vllm-0.33", "any", geometry=g)
+    _, cex = search.find_counterexample("hit-preservation", "vllm-0.33", "any", geometry=g,
+                                        vllm=vllm)
     return cex
 
 
@@ -49,13 +52,16 @@ FAILING = ["window-17 measurement", "PR example, extra_retained_tokens 5", "PR e
            "blocks_per_chunk 2, W - 1 a multiple of the chunk"]
 
 
-@installed_release.only_033
 @pytest.mark.parametrize("geometry", FAILING)
-def test_vllm_033_loses_the_hit_kvreach_predicts(offline_model_dir, geometry):
-    """vLLM 0.33.0's lookup (its twin, ``proofs.decode.later_lookup_of``);
-    0.34.0 applies the SWA ``-1`` before the caps, so the capped lookup of the
-    ``blocks_per_chunk 2`` geometry hits 128 there, not 96."""
-    cex = counterexample(geometry)
+def test_installed_vllm_loses_the_hit_kvreach_predicts(offline_model_dir, geometry):
+    """The installed vLLM's lookup loses the later request's hit where
+    kvreach's row about that release says it does, by as much: the row's
+    counterexample (decoded with the release's lookup, ``proofs.decode.
+    later_lookup_of``) replayed on the real scheduler gives the twin's hits
+    (every lookup is also checked against the release's twin), short of
+    dense. On vLLM 0.33.0 it is about 0.33.0 (its row, its twin), on 0.34.0
+    about 0.34.0, whose lookup applies the SWA ``-1`` before the caps."""
+    cex = counterexample(geometry, installed_release.INSTALLED)
     assert cex is not None and cex["replayed_violation"], geometry
     from kvreach.proofs.decode import later_lookup_of
     from kvreach.impl.lifecycle import Lifecycle, run
@@ -67,7 +73,8 @@ def test_vllm_033_loses_the_hit_kvreach_predicts(offline_model_dir, geometry):
                 Lifecycle(budget=lc["budget"], prefill_steps=tuple(lc["prefill_steps"]),
                           decode=lc["decode"], abort_after_step=lc["abort_after_step"]))
     predicted = later_lookup_of(trace, cex)
-    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK)
+    rule_obs, dense_obs = replay(offline_model_dir, cex, STOCK,
+                                 release=installed_release.twin_release())
     assert (rule_obs.hit_tokens, dense_obs.hit_tokens) == (
         predicted.rule.hit_tokens, predicted.dense.hit_tokens)
     assert (rule_obs.hit_tokens or 0) < (dense_obs.hit_tokens or 0)
