@@ -25,7 +25,7 @@ from kvreach.proofs.rows import expected_rows, expected_table, rows_for
 RESULTS = "docs/proof-results.json"
 PAGE = "docs/proofs.md"
 VERSIONS_PAGE = versions.PAGE
-REGENERATE = f"kvreach prove --json {RESULTS} && kvreach catalog"
+REGENERATE = f"kvreach prove --deep --json {RESULTS} && kvreach catalog"
 
 Key = tuple[str, str, str, str]  # (obligation, rule, load model, vllm)
 

@@ -73,10 +73,16 @@ def catalog(
         return
     if not fresh["rows"]:
         raise CliError("--results", results, "a run with rows (this one has none)")
-    selection = {k: v for k, v in ((fresh.get("run") or {}).get("selection") or {}).items() if v}
+    run_selection = (fresh.get("run") or {}).get("selection") or {}
+    # every row: no selection, and the deep rows in (--deep; a run from before
+    # --deep existed has no such key)
+    selection = [f"--{k.replace('_', '-')} {v}" for k, v in run_selection.items()
+                 if v and k != "deep"]
+    if run_selection.get("deep", True) is False:
+        selection.append("the default rows (no --deep)")
     if selection and not partial and not check:
         raise CliError("--results", results, "a run of every row; this one ran only "
-                       + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in selection.items())
+                       + ", ".join(selection)
                        + f" ({len(fresh['rows'])} rows); give --partial to write its page anyway")
     missing = [p for p in cat.results_problems(fresh) if " missing: " in p]
     if missing and not check:
