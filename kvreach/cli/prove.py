@@ -122,7 +122,7 @@ def _empty_selection(obligation: str | None, rule: str | None, load_model: str |
                      vllm: str | None) -> None:
     """No row matches the options: one line naming the last narrowing option
     and the values it could take with the others kept."""
-    from kvreach.proofs.rows import selected_rows
+    from kvreach.proofs.rows import rows_for
 
     given = {"--obligation": obligation, "--rule": rule, "--load-model": load_model,
              "--vllm": vllm}
