@@ -145,10 +145,13 @@ def test_mimo_mtp_draft_is_vllms_eagle_group(tp, vllm_config):
     d = derive(raw, tp=tp, mtp=3)
     # the speculative config of `--speculative-config '{"method": "mtp"}'`
     # as far as the grouping reads it: the trailing-block drop on, and one
-    # prefill lookahead token (MTPSpeculatorConfig, one MTP module)
+    # prefill lookahead token (MTPSpeculatorConfig, one MTP module; 0.33.0's
+    # VllmConfig.num_prefill_lookahead_tokens asks use_eagle and
+    # use_multi_module_mtp instead)
     v = copy.copy(vllm_config)
     object.__setattr__(v, "speculative_config", SimpleNamespace(
-        use_eagle_block_drop=lambda: True, method="mtp", num_speculative_tokens=3,
+        use_eagle_block_drop=lambda: True, use_eagle=lambda: True,
+        use_multi_module_mtp=lambda: False, method="mtp", num_speculative_tokens=3,
         speculator_config=SimpleNamespace(num_prefill_lookahead_tokens=1)))
     mtp_layer = layers(raw | {"num_hidden_layers": 1, "hybrid_layer_pattern": [1]}, tp)[0]
     got = _vllm_groups(v, raw, block_size=16, tp=tp, mtp_layer=mtp_layer)
