@@ -185,11 +185,16 @@ def _sets_summary(console: Console, stored: list[int], loadable: set[int],
     console.print(f"[bold]needed[/] under {model} ({len(needed)}): {ranges(needed)}",
                   soft_wrap=True)
     snl, nns = sorted(st - loadable), sorted(needed - st)
-    style = "red" if snl else "green"
-    console.print(f"[{style}]stored-not-loadable[/] under {model} ({len(snl)}): {ranges(snl)}",
-                  soft_wrap=True)
-    style = "red" if nns else "green"
-    console.print(f"[{style}]needed-not-stored[/] under {model} ({len(nns)}): {ranges(nns)}",
+    flagged_set(console, "stored-not-loadable", snl, after=f" under {model}")
+    flagged_set(console, "needed-not-stored", nns, after=f" under {model}")
+
+
+def flagged_set(console, label: str, chunks: list[int], after: str = "",
+                indent: str = "") -> None:
+    """One chunk-set line, red when the set is not empty (something is
+    wrong), green when it is."""
+    style = "red" if chunks else "green"
+    console.print(f"{indent}[{style}]{label}[/]{after} ({len(chunks)}): {ranges(chunks)}",
                   soft_wrap=True)
 
 

@@ -11,8 +11,8 @@ import typer
 
 from kvreach.cli._common import CliError, VllmOpt, _check_choice, _out, _release
 from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import (_config_line, _print_steps, _sets_summary, ranges, store_side,
-                                write_json)
+from kvreach.cli.render import (_config_line, _print_steps, _sets_summary, flagged_set, ranges,
+                                store_side, write_json)
 from kvreach.params import RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
@@ -120,12 +120,8 @@ def _lookup_summary(out, stored, view, release) -> None:
               "prompt + 1 token):", soft_wrap=True)
     out.print(f"  [bold]loaded[/] by a later request ({len(view.loaded)}): "
               f"{ranges(sorted(view.loaded))}", soft_wrap=True)
-    style = "red" if never else "green"
-    out.print(f"  [{style}]stored, loaded by none[/] ({len(never)}): {ranges(never)}",
-              soft_wrap=True)
-    style = "red" if asked else "green"
-    out.print(f"  [{style}]asked for, not stored[/] ({len(asked)}): {ranges(asked)}",
-              soft_wrap=True)
+    flagged_set(out, "stored, loaded by none", never, indent="  ")
+    flagged_set(out, "asked for, not stored", asked, indent="  ")
     for x in view.lost[:3]:
         missing = (f", not stored {ranges(list(x.missing_chunks))}" if x.missing_chunks
                    else "")
