@@ -124,32 +124,65 @@ def lookup_window_chunks(g: GroupConfig) -> int:
     return cdiv(g.mask_window_tokens, g.chunk_tokens) + g.shift
 
 
+def lookup_window_first_block(c: int, g: GroupConfig, prompt_offloadable_tokens: int,
+                              replay_short_by: int = 0) -> int | None:
+    """The first block (request coordinates) of chunk ``c`` that
+    ``lookup-window`` keeps, or None when it keeps none of the chunk. The run
+    before a boundary ``b`` (chunks) a later lookup can end at is the chunks
+    ``[b - lookup_window_chunks, b + shift)`` the lookup verifies; the blocks
+    of that run the later request reads are those from the one holding token
+    ``b * C - (W + extra + shift * C)`` on (the sliding-window attention at
+    its first computed token, the EAGLE chunk included), so in the run's
+    first chunk the earlier blocks are kept only when another boundary's run
+    covers them (the patch's ``_lookup_window_block_mask``: vLLM's
+    null-block filter looks at the kept blocks only). The boundaries: every
+    multiple of the segment (alignment; the retention interval when set; none
+    for interval 0) and, with a retention interval, the repeated prompt's
+    ``floor(P' / A) * A`` (``P'``: the prompt's offloadable tokens, where its
+    hit ends). Every block when the alignment is not a whole number of chunks
+    (or there is none). ``replay_short_by``: the mutant whose replay run
+    starts that many chunks late (``tests/test_impl_equals_spec.py`` must
+    tell it apart)."""
+    A, C, bpc = g.alignment_tokens, g.chunk_tokens, g.blocks_per_chunk
+    if A is None or A % C:
+        return c * bpc
+    ws, shift = lookup_window_chunks(g), g.shift
+    boundaries = []  # the nearest boundary of each kind whose run holds c
+    segment_tokens = g.segment_tokens
+    if segment_tokens is not None:
+        segment_chunks = segment_tokens // C
+        b = max(1, (c - shift) // segment_chunks + 1) * segment_chunks
+        if b - ws <= c:
+            boundaries.append(b)
+    if g.retention_interval is not None:
+        b = prompt_offloadable_tokens // A * (A // C)
+        if b >= 1 and b - ws + replay_short_by <= c < b + shift:
+            boundaries.append(b)
+    if not boundaries:
+        return None
+    run_start_tokens = min(boundaries) * C - g.mask_window_tokens - shift * C
+    return max(c * bpc, run_start_tokens // g.block_tokens)
+
+
 def lookup_window_keep(c: int, g: GroupConfig, prompt_offloadable_tokens: int,
                        replay_short_by: int = 0) -> bool:
     """``lookup-window`` keeps chunk ``c`` iff it lies in
     ``[b - lookup_window_chunks, b + shift)`` for a boundary ``b`` (chunks) a
-    later lookup can end at: every multiple of the segment (alignment; the
-    retention interval when set; none for interval 0) and, with a retention
-    interval, the repeated prompt's ``floor(P' / A) * A`` (``P'``: the
-    prompt's offloadable tokens, where its hit ends). Dense when the
-    alignment is not a whole number of chunks (or there is none).
-    ``replay_short_by``: the mutant whose replay run starts that many chunks
-    late (``tests/test_impl_equals_spec.py`` must tell it apart)."""
-    A, C = g.alignment_tokens, g.chunk_tokens
-    if A is None or A % C:
-        return True
-    ws, shift = lookup_window_chunks(g), g.shift
-    segment_tokens = g.segment_tokens
-    if segment_tokens is not None:
-        segment_chunks = segment_tokens // C
-        k = (c + ws) // segment_chunks
-        if k >= 1 and k * segment_chunks > c - shift:
-            return True
-    if g.retention_interval is not None:
-        b = prompt_offloadable_tokens // A * (A // C)
-        if b >= 1 and b - ws + replay_short_by <= c < b + shift:
-            return True
-    return False
+    later lookup can end at (:func:`lookup_window_first_block`)."""
+    return lookup_window_first_block(c, g, prompt_offloadable_tokens, replay_short_by) is not None
+
+
+def lookup_window_block_mask(start_chunk: int, end_chunk: int, g: GroupConfig,
+                             prompt_offloadable_tokens: int) -> tuple[bool, ...] | None:
+    """``lookup-window``'s mask over the blocks of ``[start_chunk,
+    end_chunk)``: in each kept chunk the blocks from
+    :func:`lookup_window_first_block` on (None: every block)."""
+    bpc = g.blocks_per_chunk
+    out: list[bool] = []
+    for c in range(start_chunk, end_chunk):
+        first = lookup_window_first_block(c, g, prompt_offloadable_tokens)
+        out += [first is not None and b >= first for b in range(c * bpc, (c + 1) * bpc)]
+    return None if all(out) else tuple(out)
 
 
 def storable_chunks(
@@ -249,9 +282,9 @@ def _store_step(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_
         )
         return StoreStep(start, num_chunks, chunks, None, max(cursor, num_chunks), num_chunks)
     if rule == "lookup-window":  # no horizon: the keep decision is the chunk's alone
-        keep = [lookup_window_keep(c, g, req.prompt_offloadable_tokens) for c in range(start, num_chunks)]
-        chunks = tuple(c for c, k in zip(range(start, num_chunks), keep) if k)
-        block_mask = None if all(keep) else tuple(k for k in keep for _ in range(bpc))
+        block_mask = lookup_window_block_mask(start, num_chunks, g, req.prompt_offloadable_tokens)
+        chunks = tuple(c for c in range(start, num_chunks)
+                       if block_mask is None or any(block_mask[(c - start) * bpc:(c - start + 1) * bpc]))
         return StoreStep(start, max(start, num_chunks), chunks, block_mask, max(cursor, num_chunks), None)
 
     prompt_h = prompt_horizon_chunks(g, req)

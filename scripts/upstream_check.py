@@ -37,7 +37,9 @@ anywhere in these runs):
     (``kvreach.impl.rules.store_step``);
 (c) a differential check of the patched ``_reachable_store_block_mask``
     against kvreach's ``lookup-window`` (``kvreach.impl.rules.store_step``),
-    chunk by chunk (a chunk is stored when any of its blocks is kept), over a
+    block by block on the 0.34.0 patch (vLLM's null-block filter reads the
+    kept blocks), chunk by chunk on the 0.33.0 patch and the stock trees (a
+    chunk is stored when any of its blocks is kept), over a
     seeded random loop of geometries and ranges (``--cases``, default 20000;
     on 0.34.0 with lookahead block hashes on or off, an EAGLE group under
     lookahead compared with the rule's plain SWA group), failing with the
@@ -567,7 +569,8 @@ def vllm_mask(case: dict, patched: bool) -> list[bool]:
 
 def differential(cases: int, seed: int, patched: bool, version: str) -> dict:
     """In a tree's subprocess: ``cases`` seeded random inputs; the first
-    whose chunk keep decisions differ, if any. Lookahead block hashes only on
+    whose keep decisions differ, if any: block by block for the 0.34.0 patch,
+    chunk by chunk otherwise. Lookahead block hashes only on
     0.34.0 (0.33.0 has none)."""
     from kvreach.params import ParamError
 
@@ -575,12 +578,16 @@ def differential(cases: int, seed: int, patched: bool, version: str) -> dict:
     sparse = refused = 0
     for i in range(cases):
         case = random_case(rng, lookahead_hashes=version != "0.33.0")
+        # the 0.34.0 patch block by block (vLLM's null-block filter reads the
+        # kept blocks); the stock tree and the 0.33.0 patch by chunk
+        per = (lambda m: m) if patched and version != "0.33.0" else \
+            (lambda m: chunk_keep(m, case["blocks_per_chunk"]))
         try:
-            want = chunk_keep(kvreach_mask(case), case["blocks_per_chunk"])
+            want = per(kvreach_mask(case))
         except ParamError:  # a configuration vLLM refuses too (kvreach.params)
             refused += 1
             continue
-        got = chunk_keep(vllm_mask(case, patched), case["blocks_per_chunk"])
+        got = per(vllm_mask(case, patched))
         if got != want:
             return {"cases": i + 1, "compared": i + 1 - refused, "sparse": sparse,
                     "first_difference": case, "vllm": "".join(".#"[b] for b in got),

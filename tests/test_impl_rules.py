@@ -211,3 +211,39 @@ def test_param_errors(make, param, value, expected):
     e = ei.value
     assert (e.param, e.value, e.expected) == (param, value, expected)
     assert str(e) == f"{param}={value!r}: expected {expected}"
+
+
+# lookup-window's mask block by block: SWA block 2, window 2, alignment 8,
+# two blocks per chunk (chunk 4 tokens). The run before boundary 8 is chunk 1
+# (tokens 4..7) and the later request's attention reads from token 8 - 2 = 6
+# on: block 3 only, so block 2 (tokens 4, 5) is not kept. vLLM's null-block
+# filter looks at kept blocks only: a null (freed) block 2 leaves the chunk
+# storable, a null block 3 does not (the patched 0.34.0 decides the same,
+# scripts/upstream_check.py part (c) block by block).
+BLOCKWISE = GroupConfig(block_size=2, window=2, alignment_tokens=8, blocks_per_chunk=2)
+
+
+def test_lookup_window_mask_keeps_the_blocks_the_lookup_reads():
+    from kvreach.impl.rules import lookup_window_block_mask, lookup_window_first_block, lookup_window_keep
+
+    w = store_step("lookup-window", BLOCKWISE, RequestConfig(prompt_tokens=16), 0, 4, False)
+    assert w.chunks == (1, 3)
+    assert w.block_mask == (False, False, False, True, False, False, False, True)
+    assert lookup_window_block_mask(0, 4, BLOCKWISE, 16) == w.block_mask
+    assert [lookup_window_first_block(c, BLOCKWISE, 16) for c in range(4)] == [None, 3, None, 7]
+    # the chunk decision is "any block kept", for every chunk of a wider window
+    g = replace(BLOCKWISE, window=5)
+    for c in range(12):
+        first = lookup_window_first_block(c, g, 16)
+        assert lookup_window_keep(c, g, 16) == (first is not None)
+        assert first is None or 2 * c <= first < 2 * c + 2
+    assert lookup_window_first_block(1, g, 16) == 2  # tokens 3.. of the run: all of chunk 1
+
+
+@pytest.mark.parametrize("null_block, offered", [(2, (1, 3)), (3, (3,))])
+def test_null_block_filter_reads_lookup_window_kept_blocks(null_block, offered):
+    from kvreach.impl.release_rules import offered_chunks
+    from kvreach.releases import release
+
+    w = store_step("lookup-window", BLOCKWISE, RequestConfig(prompt_tokens=16), 0, 4, False)
+    assert offered_chunks(release("0.34.0"), w, frozenset({null_block}), 2) == offered

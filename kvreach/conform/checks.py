@@ -309,10 +309,9 @@ def _twin_store(x, r: Release):
     g: GroupConfig = x["g"]
     if r.store_rule == "vllm-0.29":
         return ("chunk", mask.v029_chunk_reachable(x["chunk"], x["count"], g))
-    if r.store_rule == "lookup-window":  # kvreach's rule decides whole chunks
+    if r.store_rule == "lookup-window":  # kvreach's rule: the blocks its lookups read
         w = rel.store_step(r, g, RequestConfig(x["P"]), x["lo"], x["hi"], False)
-        return ("chunk keep", None if w.block_mask is None
-                else tuple(w.block_mask[::g.blocks_per_chunk]), g.blocks_per_chunk)
+        return ("mask", w.block_mask)
     gm = rel.mask_group(r, g)
     bpc = g.blocks_per_chunk
     m = mask.reachable_block_mask(x["lo"] * bpc, x["hi"] * bpc, gm, x["P"],
@@ -447,18 +446,13 @@ def _tagged(v) -> bool:
 
 
 def _same_store(tree_value, twin_value) -> bool:
-    """A rule deciding whole chunks (``"chunk keep"``: kvreach's
-    ``lookup-window``) against the tree's block mask: a chunk is stored when
-    any of its blocks is kept (``_build_store_jobs``); else equal values."""
-    if not (isinstance(twin_value, tuple) and twin_value[0] == "chunk keep"):
-        return tree_value == twin_value
-    _, keep, bpc = twin_value
-    if tree_value[0] != "mask":
-        return False
-    m = tree_value[1]
-    chunks = None if m is None else tuple(any(m[i:i + bpc]) for i in range(0, len(m), bpc))
-    dense = lambda k: k is None or all(k)  # noqa: E731 (None: every block stored)
-    return chunks == keep or (dense(chunks) and dense(keep))
+    """Equal values, a block mask of None (every block kept) being the same
+    as one keeping every block (kvreach's ``lookup-window`` says None where
+    the patch may list them)."""
+    if tree_value[0] == twin_value[0] == "mask":
+        dense = lambda m: m is None or all(m)  # noqa: E731
+        return tree_value[1] == twin_value[1] or (dense(tree_value[1]) and dense(twin_value[1]))
+    return tree_value == twin_value
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,9 @@ def _offered(t: Trace, r: Release, gi: int, ctx: dict, cursor: int) -> tuple[tup
     if g.kind == "full":
         chunks = tuple(c for c in range(cursor, n) if blocks[(c + 1) * bpc - 1] != 0)
         return chunks, max(cursor, n)
+    if lookahead_mode:  # the step reads the request at its hashed end (RequestConfig.at)
+        cap = hashed if ctx["max_offload"] is None else min(hashed, ctx["max_offload"])
+        req = RequestConfig(ctx["P"], cap, t.prompt_only)
     w = rel.store_step(r, gc, req, cursor, n, finished)
     null = frozenset(i for i, b in enumerate(blocks) if b == 0)
     # the request's shared_prefix_boundary as the connector reads it (set by
@@ -242,20 +245,23 @@ def _with_lookup_boundary(w, g, boundary_tokens: int):
     """``lookup-window``'s step ``w`` with one more boundary a later lookup
     ends at: the patch's ``lookup_boundaries`` hold the request's
     ``shared_prefix_boundary`` beside the repeated prompt's end. Each
-    boundary's run is kvreach's keep decision (``rules.lookup_window_keep``,
-    whose retention boundary is the one given), so the union over both is
-    the step's chunks or that decision at the junction."""
-    from kvreach.impl.rules import lookup_window_keep
+    boundary's run is kvreach's keep decision
+    (``rules.lookup_window_block_mask``, whose retention boundary is the one
+    given), so the union over both, block by block, is the step's mask or
+    that decision at the junction."""
+    from kvreach.impl.rules import lookup_window_block_mask
 
     if w.block_mask is None:  # dense: every chunk already kept
         return w
     bpc = g.blocks_per_chunk
+    at_junction = lookup_window_block_mask(w.start_chunk, w.end_chunk, g, boundary_tokens)
+    mask = (None if at_junction is None
+            else tuple(a or b for a, b in zip(w.block_mask, at_junction)))
     span = range(w.start_chunk, w.end_chunk)
-    keep = [k or lookup_window_keep(c, g, boundary_tokens)
-            for c, k in zip(span, w.block_mask[::bpc])]
     return dataclasses.replace(
-        w, chunks=tuple(c for c, k in zip(span, keep) if k),
-        block_mask=None if all(keep) else tuple(k for k in keep for _ in range(bpc)))
+        w, block_mask=mask,
+        chunks=tuple(c for c in span
+                     if mask is None or any(mask[(c - w.start_chunk) * bpc:(c - w.start_chunk + 1) * bpc])))
 
 
 def _lookup_inputs(t: Trace, r: Release, obs: dict):
