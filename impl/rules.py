@@ -124,6 +124,9 @@ def lookup_window_chunks(g: GroupConfig) -> int:
     return cdiv(g.mask_window_tokens, g.chunk_tokens) + g.shift
 
 
+@deal.pre(lambda c, g, prompt_offloadable_tokens, replay_short_by=0: c >= 0)
+@deal.ensure(lambda c, g, prompt_offloadable_tokens, replay_short_by=0, result=None: (
+    result is None or c * g.blocks_per_chunk <= result < (c + 1) * g.blocks_per_chunk))
 def lookup_window_first_block(c: int, g: GroupConfig, prompt_offloadable_tokens: int,
                               replay_short_by: int = 0) -> int | None:
     """The first block (request coordinates) of chunk ``c`` that
