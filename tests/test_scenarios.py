@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreach.cli._options import _scenario_flags
+from kvreach.cli._options import scenario_flags
 from kvreach.proofs import scenarios
 
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
@@ -44,7 +44,7 @@ REPLAYED = [f for f in scenarios.FINDINGS if f.command is not None]
 
 @pytest.mark.parametrize("f", REPLAYED, ids=lambda f: f.finding)
 def test_findings_md_runs_the_scenario(f):
-    want = ["kvreach", f.command] + shlex.split(_scenario_flags(f.scenario, [f.rule]))
+    want = ["kvreach", f.command] + shlex.split(scenario_flags(f.scenario, [f.rule]))
     assert any(_pairs(cmd) == _pairs(want) for cmd in _commands(f.finding)), (
         want, _commands(f.finding))
 
