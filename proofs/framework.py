@@ -105,10 +105,15 @@ class Replay:
     counterexample --replay-vllm``): ``kind`` names the replayer, one of
     :data:`REPLAY_KINDS`; ``witness`` the key of the witness in both halves
     of ``replay_lifecycle``'s result (None: the replayer's own test, a hit
-    shorter than dense or a kept chunk no later request loads)."""
+    shorter than dense or a kept chunk no later request loads).
+    ``on_releases``: the counterexample also replays on an installed
+    release's own code, 0.29.0 .. 0.33.0 (``python -m
+    kvreach.vllm_harness.release_replay OBLIGATION --cex FILE``, by the
+    release replayer of ``kind``)."""
 
     kind: str
     witness: str | None = None
+    on_releases: bool = False
 
 
 # the replayers of kvreach.vllm_harness: one request's lifecycle, a static

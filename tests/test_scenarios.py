@@ -87,6 +87,20 @@ def test_findings_md_runs_the_release_replays(f):
             assert all(x in section for x in flags), (f.finding, flags)
 
 
+def test_a_finding_replays_only_counterexamples_its_obligation_record_replays_on_releases():
+    """A release replay of a counterexample (``--cex``) names its obligation
+    as CASE; the obligation's record is what makes it a CASE of
+    ``release_replay`` (``Replay.on_releases``)."""
+    from kvreach.proofs.obligations import OBLIGATIONS
+
+    replayed = [(f.finding, r.case, r.cex[0]) for f in scenarios.FINDINGS
+                for r in f.release_replays if r.cex]
+    assert replayed
+    for finding, case, obligation in replayed:
+        rec = OBLIGATIONS[obligation].vllm_replay
+        assert case == obligation and rec is not None and rec.on_releases, (finding, case)
+
+
 def test_pr_example_is_the_prs_numbers():
     ex = scenarios.PR_54362
     assert (ex.full_block_size, ex.swa_block_size, ex.window, ex.prompt, ex.budget) == (

@@ -368,7 +368,7 @@ HIT_PRESERVATION = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
+    vllm_replay=Replay("hit-preservation", on_releases=True), trace_witness=lost_hit_chunks,
 )
 NO_WASTE = Obligation(
     "no-waste",
@@ -381,7 +381,7 @@ NO_WASTE = Obligation(
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
+    vllm_replay=Replay("no-waste", on_releases=True), witness=unloaded_kept_chunk,
 )
 LOOKUP_PREFIX_SCAN = Obligation(
     "lookup-prefix-scan",

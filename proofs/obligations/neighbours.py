@@ -39,5 +39,5 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
     split=False, replayable=neighbours.replayable, witness=neighbours.replay,
     bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS, deep=True,
-    vllm_replay=Replay("neighbours"),
+    vllm_replay=Replay("neighbours", on_releases=True),
 )
