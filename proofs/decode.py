@@ -244,9 +244,12 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     return [c]
 
 
-def decode_static(m, ctx) -> dict:
-    if getattr(ctx, "decode", None) is not None:  # a world's own decoder (proofs/neighbours.py)
-        return ctx.decode(m, ctx)
+def decode_static(m, ctx, ob) -> dict:
+    """Obligation ``ob``'s static model ``m`` decoded: by the decoder its
+    record declares (``Obligation.cex_decoder``), else as the store
+    configuration, the chunk and its final horizon."""
+    if ob.cex_decoder is not None:
+        return ob.cex_decoder(m, ctx)
     g, r = to_concrete(m, ctx.s)
     lk = ctx.lk
     if z3.is_int_value(m.eval(z3.Int("offloadable_tokens"))):

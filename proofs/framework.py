@@ -167,6 +167,11 @@ class Obligation:
     # queries read beyond the store rule: its rows are one per group of
     # releases agreeing in them (``kvreach.proofs.matrix``)
     reads: frozenset = frozenset()
+    # a static obligation's own decoder of a sat query's model, (model, ctx)
+    # -> the counterexample (a function of the context's symbols alone: the
+    # query builder's terms are rebuilt from it); None: decode.decode_static's
+    # store configuration and chunk
+    cex_decoder: Callable | None = None
     # its own replay of a decoded counterexample: cex -> the chunks witnessing
     # the violation, [] if the replay does not confirm it (None: decode's
     # replay through impl.lifecycle / the later lookup applies)

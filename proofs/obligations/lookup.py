@@ -526,7 +526,8 @@ def _load_reads_checked(ctx: Ctx):
     EAGLE flag, window, extra, full-attention block); the store
     configuration's other parameters play no part, so its alignment need not
     be one the store side's scope admits (the 0.29.0 case's full block 2
-    under an SWA block 4). Records the decoder (``ctx.decode``)."""
+    under an SWA block 4). Decoded by :func:`decode_load_reads_checked`
+    (the record's ``cex_decoder``)."""
     lk, t, full, swa = _load_lookup(ctx)
     s, c = ctx.s, z3.Int("lrc_unchecked_chunk")
     K = LOAD_CHECKED_BOUND_KEYS  # bounded_keys unrolls chunk indices 0 .. K - 1 of each group
@@ -536,7 +537,6 @@ def _load_reads_checked(ctx: Ctx):
     unchecked = z3.Or(
         z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1], z3.Not(swa(c))),
         z3.And(t.full_loaded[0] <= c, c < t.full_loaded[1], z3.Not(full(c))))
-    ctx.decode = lambda m, ctx: decode_load_reads_checked(m, ctx)  # decode.decode_static calls it
     return [flat_query(Query(prem, unchecked))]
 
 
@@ -641,7 +641,8 @@ LOAD_READS_CHECKED = Obligation(
            f"grid's {len(_geometries_of_the_lookup())} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
-    queries=_load_reads_checked, rule_specific=False, model_specific=False,
+    queries=_load_reads_checked, cex_decoder=decode_load_reads_checked,
+    rule_specific=False, model_specific=False,
     grid=_GRID_LOAD, split=False, replayable=_plain_later_request,
     witness=replay_load_reads_checked, bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
     reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()
