@@ -23,7 +23,8 @@ from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
     SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
-from kvreach.proofs.decode import lost_hit_chunks, unloaded_kept_chunk
+from kvreach.proofs.decode import (OFFLOADABLE_TOKENS, decode_no_waste, lost_hit_chunks,
+                                   unloaded_kept_chunk)
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
 from kvreach.proofs.geometries import Geometry, family, family_text, worked_text
@@ -118,7 +119,7 @@ def _no_waste(ctx: Ctx):
     from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
 
     s, c, H = ctx.s, ctx.c, ctx.final_horizon_chunks
-    off = z3.Int("offloadable_tokens")
+    off = z3.Int(OFFLOADABLE_TOKENS)
     kept = lambda x: z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))  # noqa: E731
     b1 = (c * s.C / s.A + 1) * s.A
     b0 = c * s.C / s.A * s.A
@@ -377,7 +378,7 @@ NO_WASTE = Obligation(
     "request world); a counterexample is confirmed by trying every later "
     "request that shares a prefix.",
     "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(None),
-    queries=_no_waste, model_specific=False, grid=_GRID,
+    queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
@@ -434,7 +435,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     "no-waste (single-request world) with the witness later requests looking "
     "up under the lookup variant 'read-window'.",
     "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(READ_WINDOW),
-    queries=_no_waste, model_specific=False, grid=_GRID,
+    queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
