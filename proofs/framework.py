@@ -48,6 +48,10 @@ class Ctx:
     # the vLLM release (``kvreach.releases``) whose parts the spec applies
     # (lookup, mask window, world "vllm"'s cursor and null filter)
     release: Release = DEFAULT_RELEASE
+    # the lifecycle steps built on this context (``induction``: one per
+    # obligation and pins, shared by an induction step and its lemma
+    # queries); not copied by ``dataclasses.replace``, not compared
+    built_steps: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.lk.variant != self.lookup_variant or self.lk.release is not self.release:
