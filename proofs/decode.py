@@ -244,23 +244,39 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     return [c]
 
 
-def decode_static(m, ctx) -> dict:
-    if getattr(ctx, "decode", None) is not None:  # a world's own decoder (proofs/neighbours.py)
-        return ctx.decode(m, ctx)
-    g, r = to_concrete(m, ctx.s)
+def decode_static(m, ctx, ob) -> dict:
+    """Obligation ``ob``'s static model ``m`` decoded: by the decoder its
+    record declares (``Obligation.cex_decoder``), else as the store
+    configuration, the chunk and its final horizon (:func:`decode_chunk`)."""
+    if ob.cex_decoder is not None:
+        return ob.cex_decoder(m, ctx)
+    return decode_chunk(m, ctx)
+
+
+# no-waste's symbol: the tokens the request could offload (its final horizon
+# is this over the chunk)
+OFFLOADABLE_TOKENS = "offloadable_tokens"
+
+
+def decode_no_waste(m, ctx) -> dict:
+    """A no-waste model (either lookup variant): the offloadable tokens and
+    the later requests' lookup groups, then :func:`decode_chunk`'s."""
     lk = ctx.lk
-    if z3.is_int_value(m.eval(z3.Int("offloadable_tokens"))):
-        has_full = z3.is_true(m.eval(lk.has_full, model_completion=True))
-        extra = {"offloadable_tokens": _v(m, z3.Int("offloadable_tokens")),
-                 "lookup_groups": {
-                     "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
-                     "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
-        if lk.variant != "vllm-0.33":
-            extra["lookup_groups"]["lookup_variant"] = lk.variant
-        _record_release(extra["lookup_groups"], lk)
-    else:
-        extra = {}
-    return extra | {
+    has_full = z3.is_true(m.eval(lk.has_full, model_completion=True))
+    extra = {"offloadable_tokens": _v(m, z3.Int(OFFLOADABLE_TOKENS)),
+             "lookup_groups": {
+                 "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
+                 "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
+    if lk.variant != "vllm-0.33":
+        extra["lookup_groups"]["lookup_variant"] = lk.variant
+    _record_release(extra["lookup_groups"], lk)
+    return extra | decode_chunk(m, ctx)
+
+
+def decode_chunk(m, ctx) -> dict:
+    """The store configuration, the chunk and its final horizon."""
+    g, r = to_concrete(m, ctx.s)
+    return {
         "config": {"group": g.__dict__, "request": r.__dict__},
         "chunk": _v(m, ctx.c), "final_horizon_chunks": _v(m, ctx.final_horizon_chunks),
         "boundary_block": _v(m, ctx.boundary_block),

@@ -48,6 +48,10 @@ class Ctx:
     # the vLLM release (``kvreach.releases``) whose parts the spec applies
     # (lookup, mask window, world "vllm"'s cursor and null filter)
     release: Release = DEFAULT_RELEASE
+    # the lifecycle steps built on this context (``induction``: one per
+    # obligation and pins, shared by an induction step and its lemma
+    # queries); not copied by ``dataclasses.replace``, not compared
+    built_steps: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.lk.variant != self.lookup_variant or self.lk.release is not self.release:
@@ -105,10 +109,15 @@ class Replay:
     counterexample --replay-vllm``): ``kind`` names the replayer, one of
     :data:`REPLAY_KINDS`; ``witness`` the key of the witness in both halves
     of ``replay_lifecycle``'s result (None: the replayer's own test, a hit
-    shorter than dense or a kept chunk no later request loads)."""
+    shorter than dense or a kept chunk no later request loads).
+    ``on_releases``: the counterexample also replays on an installed
+    release's own code, 0.29.0 .. 0.33.0 (``python -m
+    kvreach.vllm_harness.release_replay OBLIGATION --cex FILE``, by the
+    release replayer of ``kind``)."""
 
     kind: str
     witness: str | None = None
+    on_releases: bool = False
 
 
 # the replayers of kvreach.vllm_harness: one request's lifecycle, a static
@@ -162,6 +171,11 @@ class Obligation:
     # queries read beyond the store rule: its rows are one per group of
     # releases agreeing in them (``kvreach.proofs.matrix``)
     reads: frozenset = frozenset()
+    # a static obligation's own decoder of a sat query's model, (model, ctx)
+    # -> the counterexample (a function of the context's symbols alone: the
+    # query builder's terms are rebuilt from it); None: decode.decode_static's
+    # store configuration and chunk
+    cex_decoder: Callable | None = None
     # its own replay of a decoded counterexample: cex -> the chunks witnessing
     # the violation, [] if the replay does not confirm it (None: decode's
     # replay through impl.lifecycle / the later lookup applies)

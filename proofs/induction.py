@@ -33,7 +33,7 @@ def _vllm_step(ob: Obligation, ctx: Ctx):
     built once per context, obligation and pins, shared by the induction
     step and its lemma queries (the same symbol names, so the same terms
     either way)."""
-    memo = ctx.__dict__.setdefault("_vllm_steps", {})
+    memo = ctx.built_steps
     key = (ob.name, tuple(p.get_id() for p in ctx.pins))
     if key not in memo:
         pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)

@@ -82,6 +82,24 @@ def _terms(ctx: Ctx) -> dict:
     )
 
 
+def terms(ctx: Ctx) -> dict:
+    """:func:`_terms` and ``dense``, the later request's lookup against the
+    union of dense stores (a prefix per group): what the queries, the shape
+    the scheduler runs (:func:`replayable`) and the decoder (:func:`decode`)
+    read. Built from ``ctx`` and fixed symbol names, so every call gives the
+    same terms."""
+    from kvreach.spec.lookup import lookup, prefix_keys
+
+    t = _terms(ctx)
+    lk = ctx.lk
+    seen = [z3_min(D, off) for off, D in zip(t["off"], t["D"])]  # per request: shared and offloadable
+    top = seen[0]  # the union of dense stores: a prefix per group
+    for x in seen[1:]:
+        top = z3_max(top, x)
+    return dict(t, seen=seen,
+                dense=lookup(lk, prefix_keys(z3.If(lk.has_full, top / lk.C_full, 0), top / lk.C)))
+
+
 def shared(t: dict, a: int, b: int):
     """The prefix sequences ``a < b`` share; index ``NEIGHBOURS_REQUESTS`` is
     the later request."""
@@ -111,19 +129,17 @@ def keep(ctx: Ctx, s, c, H) -> z3.BoolRef:
 
 
 def _queries(ctx: Ctx) -> list[Query]:
-    from kvreach.spec.lookup import link, lookup, prefix_keys
+    from kvreach.spec.lookup import link
 
-    ctx.decode = decode  # decode.decode_static hands the model to this world's decoder
-    t = _terms(ctx)
+    t = terms(ctx)
     lk = ctx.lk
-    C, Cf = lk.C, lk.C_full
+    C = lk.C
     prem = ctx.base() + [lk.well_formed(), link(ctx.s, lk)] + [s_i.well_formed() for s_i in t["s"][1:]]
-    seen = []  # per request: tokens of it the later request sees (shared and offloadable)
+    seen = t["seen"]  # per request: tokens of it the later request sees (shared and offloadable)
     for s_i, off, D, N in zip(t["s"], t["off"], t["D"], t["tokens"]):
         prem += [N >= s_i.P, 0 <= off, off <= N, z3.Implies(s_i.prompt_only, off <= s_i.P),
                  z3.Implies(s_i.has_max, off <= s_i.max_off),
                  0 <= D, D <= lk.num_tokens, D <= N]
-        seen.append(z3_min(D, off))
     for (i, j), d in t["d"].items():
         prem += [d >= 0, d <= t["tokens"][i], d <= t["tokens"][j]]
     prem += ultrametric(t)
@@ -133,12 +149,8 @@ def _queries(ctx: Ctx) -> list[Query]:
             z3.And((c + 1) * C <= sh, keep(ctx, s_i, c, off / C))
             for s_i, off, sh in zip(t["s"], t["off"], seen)]))
 
-    top = seen[0]  # the union of dense stores: a prefix per group
-    for x in seen[1:]:
-        top = z3_max(top, x)
-    dense = lookup(lk, prefix_keys(z3.If(lk.has_full, top / Cf, 0), top / C))
+    dense = t["dense"]
     prem += dense.side
-    ctx.nb_terms = dict(t, dense=dense)
     c = ctx.c  # a chunk of the SWA run the dense lookup accepts, missing from the union
     violation = z3.And(dense.hit_tokens > 0, dense.swa_verified[0] <= c,
                        c < dense.swa_verified[1], z3.Not(stored(c)))
@@ -158,7 +170,7 @@ def replayable(ctx: Ctx) -> list[list]:
     horizon ``P_i // C``), and a later request with no GPU-local hit (the
     harness resets the prefix cache before it looks up). Alternatives, tried
     in order."""
-    t, s = ctx.nb_terms, ctx.s
+    t, s = terms(ctx), ctx.s
     out = [ctx.lk.local_hit_tokens == 0, s.prompt_only, z3.Not(s.has_max)]
     for s_i, off, N in zip(t["s"], t["off"], t["tokens"]):
         out += [N == s_i.P, off == s_i.P]
@@ -170,13 +182,14 @@ def replayable(ctx: Ctx) -> list[list]:
 
 def decode(m, ctx: Ctx) -> dict:
     """The model as the earlier requests, the later request and the spec's
-    hits (``decode.decode_static``'s shape, world ``neighbours``)."""
+    hits (``decode.decode_static``'s shape, world ``neighbours``; the
+    record's ``cex_decoder``)."""
     from kvreach.params import GroupConfig
     from kvreach.spec.config import to_concrete
 
     v = lambda x: m.eval(x, model_completion=True).as_long()  # noqa: E731
     b = lambda x: z3.is_true(m.eval(x, model_completion=True))  # noqa: E731
-    t, lk = ctx.nb_terms, ctx.lk
+    t, lk = terms(ctx), ctx.lk
     g, r = to_concrete(m, ctx.s)
     g = GroupConfig(**(g.__dict__ | {"window": v(lk.W), "extra_retained_tokens": v(lk.extra)}))
     reqs = []

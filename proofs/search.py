@@ -110,7 +110,7 @@ def static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) -
         if rp == z3.sat:
             m = mp
             break
-    cex = decode.decode_static(m, sctx)
+    cex = decode.decode_static(m, sctx, ob)
     if geometry is not None:
         cex["geometry"] = geometry.name
         cex["replayed_violation"] = decode.violation_in(None, ob, model, cex | {"rule": sctx.rule})

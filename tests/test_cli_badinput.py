@@ -389,11 +389,11 @@ def test_a_counterexample_without_a_tracked_chunk_says_no_none():
     chunks, never "chunk None"."""
     from types import SimpleNamespace
 
-    from kvreach.cli.render import _cex_line
+    from kvreach.cli.render import cex_line
 
     row = SimpleNamespace(obligation="load-reads-checked", rule="any", load_model="any",
                           vllm="0.29.0", counterexample={"replayed_violation": [292, 293]})
-    line = _cex_line(row)
+    line = cex_line(row)
     assert "None" not in line and "replayed violation chunks: 292-293" in line
     row.counterexample = {"chunk": 7}
-    assert _cex_line(row).endswith(": chunk 7")
+    assert cex_line(row).endswith(": chunk 7")

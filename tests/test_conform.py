@@ -117,7 +117,7 @@ def test_a_planted_change_to_the_lookup_window_differs(tmp_path, pristine):
     both values."""
     root, _ = pristine
     tree = copy_tree(root, tmp_path / "branch")
-    _plant(tree / cf._CONFIG, _WINDOW_LINE, _WINDOW_LINE.replace(" - 1", ""))
+    _plant(tree / cf.CONFIG_FILE, _WINDOW_LINE, _WINDOW_LINE.replace(" - 1", ""))
     v = cf.conform(cf.Tree.source(tree), CASES)
     assert v.outcome == cf.DIFFERS and v.exit_code == 1
     r = runner.invoke(app, ["conform", "--vllm-src", str(tree), "--cases", str(CASES),
@@ -171,7 +171,7 @@ def test_a_planted_refactor_is_not_a_difference(tmp_path, pristine, refactor):
     name the refactor changed (reported as not found)."""
     root, before = pristine
     tree = copy_tree(root, tmp_path / "refactored")
-    sched = tree / cf._SCHED
+    sched = tree / cf.SCHEDULER_FILE
     lost: set[str] = set()
     if refactor == "renamed helper":
         _plant(sched, "_maximal_prefix_lookup", "_longest_prefix_lookup")
@@ -179,7 +179,7 @@ def test_a_planted_refactor_is_not_a_difference(tmp_path, pristine, refactor):
     elif refactor == "new keyword argument":
         sched.write_text(_add_keyword(sched.read_text(), {
             "_sliding_window_lookup", "_maximal_prefix_lookup", "storable_chunks"}))
-        (tree / cf._MANAGER).write_text(_add_keyword((tree / cf._MANAGER).read_text(),
+        (tree / cf.MANAGER_FILE).write_text(_add_keyword((tree / cf.MANAGER_FILE).read_text(),
                                                      {"reachable_block_mask"}))
     else:
         f = before.where["window"].split(":")[0]
@@ -205,7 +205,7 @@ def test_a_role_the_stubs_cannot_run_is_cannot_check_not_differs(tmp_path):
     """A padded-window method that now reads a new attribute of the spec
     and a store-rule function with a new required parameter: both roles are
     "cannot check" with what they now read, and no record differs."""
-    sched = tmp_path / cf._SCHED
+    sched = tmp_path / cf.SCHEDULER_FILE
     sched.parent.mkdir(parents=True)
     sched.write_text(
         "def get_sliding_window_size_in_chunks(kv_cache_spec, tokens_per_chunk):\n"
@@ -279,7 +279,7 @@ def test_bad_input_is_one_line(tmp_path):
 def test_a_tree_without_the_functions_cannot_decide(tmp_path):
     """A scheduler.py with none of the functions: every role cannot be
     checked (not found), exit 2, no record named."""
-    sched = tmp_path / cf._SCHED
+    sched = tmp_path / cf.SCHEDULER_FILE
     sched.parent.mkdir(parents=True)
     sched.write_text("def unrelated():\n    return 1\n")
     r = runner.invoke(app, ["conform", "--vllm-src", str(tmp_path), "--cases", "5",

@@ -66,12 +66,13 @@ def test_each_release_own_lookup_gives_the_hits_of_the_unchecked_load_cases(vers
     from kvreach.impl import lookup as lk
 
     ex = cf.extract(cf.Tree.wheel(vllm_releases.wheel(version)))
+    lookup_role = next(role for role in cf.CHECKS if role.name == "lookup")
     hits = []
     for groups, n, missing in (CASE_029, CASE_030):
         gs = [dict(b=b, W=W, extra=e, eagle=False) for b, W, e in groups]
         keys = {(gi, c): lk.Answer.MISS if (gi, c) in missing else lk.Answer.HIT
                 for gi, g in enumerate(gs) for c in range(n // g["b"])}
-        hits.append(cf._tree_lookup(dict(groups=gs, bpc=1, n=n, local=0, keys=keys,
-                                         max_load=None, max_new=None), ex))
+        hits.append(lookup_role.tree(dict(groups=gs, bpc=1, n=n, local=0, keys=keys,
+                                          max_load=None, max_new=None), ex))
     want = {"0.29.0": [22, 6], "0.30.0": [12, 6]}.get(version, [12, 0])
     assert hits == want

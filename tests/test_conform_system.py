@@ -78,7 +78,7 @@ def _planted_mask_change(src: Path, tmp_path: Path) -> Path:
     """A copy of ``src`` whose ``reachable_block_mask`` keeps one block fewer
     in each segment tail (a semantic change of one block)."""
     tree = _copy(src, tmp_path / "planted")
-    mgr = tree / cf._MANAGER
+    mgr = tree / cf.MANAGER_FILE
     text = mgr.read_text()
     assert text.count(_MASK_LINE) == 1
     mgr.write_text(text.replace(_MASK_LINE, _MASK_LINE + " + 1"))
@@ -105,12 +105,12 @@ def test_a_planted_mask_change_is_a_shrunk_difference(src033, tmp_path):
 @pytest.mark.slow
 def test_a_planted_refactor_still_equals_its_record(src033, tmp_path):
     tree = _copy(src033, tmp_path / "refactored")
-    sched = tree / cf._SCHED
+    sched = tree / cf.SCHEDULER_FILE
     sched.write_text(sched.read_text().replace("_maximal_prefix_lookup", "_longest_prefix_lookup"))
     sched.write_text(_add_keyword(sched.read_text(), {"_sliding_window_lookup", "storable_chunks"}))
-    (tree / cf._MANAGER).write_text(_add_keyword((tree / cf._MANAGER).read_text(),
+    (tree / cf.MANAGER_FILE).write_text(_add_keyword((tree / cf.MANAGER_FILE).read_text(),
                                                  {"reachable_block_mask"}))
-    _move(tree, cf._CONFIG, "get_sliding_window_size_in_chunks", "window_size")
+    _move(tree, cf.CONFIG_FILE, "get_sliding_window_size_in_chunks", "window_size")
     fv, sv = _run(tree)
     assert sv.agree == ["0.33.0"], sv.data["first"]
     assert not fv.differences["0.33.0"]
@@ -156,12 +156,12 @@ def test_a_planted_mask_change_in_0_34_0_is_a_shrunk_difference(src034, tmp_path
 @pytest.mark.slow
 def test_a_planted_refactor_of_0_34_0_still_equals_its_record(src034, tmp_path):
     tree = _copy(src034, tmp_path / "refactored")
-    sched = tree / cf._SCHED
+    sched = tree / cf.SCHEDULER_FILE
     sched.write_text(sched.read_text().replace("_maximal_prefix_lookup", "_longest_prefix_lookup"))
     sched.write_text(_add_keyword(sched.read_text(), {"_sliding_window_lookup"}))
-    (tree / cf._MANAGER).write_text(_add_keyword((tree / cf._MANAGER).read_text(),
+    (tree / cf.MANAGER_FILE).write_text(_add_keyword((tree / cf.MANAGER_FILE).read_text(),
                                                  {"reachable_block_mask"}))
-    _move(tree, cf._CONFIG, "get_sliding_window_size_in_chunks", "window_size")
+    _move(tree, cf.CONFIG_FILE, "get_sliding_window_size_in_chunks", "window_size")
     fv, sv = _run(tree)
     assert sv.data["vllm"] == "0.34.0"
     assert sv.agree == ["0.34.0"], sv.data["first"]
@@ -224,7 +224,7 @@ def test_the_patched_0_34_0_equals_lookup_window(sdist034, tmp_path):
 @pytest.mark.slow
 def test_a_0_34_0_without_the_junction_is_explained_by_junction_on_lookup(sdist034, tmp_path):
     tree = _sdist_copy(sdist034, tmp_path / "no-junction")
-    sched = tree / cf._SCHED
+    sched = tree / cf.SCHEDULER_FILE
     text = sched.read_text()
     assert text.count(_JUNCTION_GUARD) == 1
     sched.write_text(text.replace(_JUNCTION_GUARD, _JUNCTION_GUARD.replace(

@@ -359,7 +359,7 @@ def test_boundary_check_rejects_replay_run_mutants(side):
 #
 # One record's parts on both sides: the spec reads them from
 # ``LookupSym.release``, the twin takes the parameters ``kvreach.conform``
-# maps the record to (``_lookup_group``, ``_lookup_parts``: the mapping
+# maps the record to (``kvreach.impl.release``'s ``lookup_group`` and ``lookup_parts``: the mapping
 # ``kvreach conform`` checks each release's wheel against). Cases are drawn
 # inside the spec's scope (one full-attention group, possibly an EAGLE group,
 # and one SWA group; HIT / MISS answers; no max_num_new_tokens).
@@ -369,8 +369,8 @@ import math
 import random
 
 from kvreach import releases
-from kvreach.conform import _lookup_group, _lookup_parts
 from kvreach.impl import lookup as ilookup
+from kvreach.impl import release as release_params
 from kvreach.impl import release_rules
 from kvreach.spec import lookup as slookup
 from kvreach.spec.config import SymConfig
@@ -428,12 +428,12 @@ def _rng(x: range) -> tuple[int, int]:
 def _twin_lookup(x: dict, r: releases.Release) -> tuple:
     """(hit tokens, SWA loaded chunks, full loaded chunks) of the twin with
     the record's parameters."""
-    groups = ([_lookup_group(x["full_block"], x["bpc"], None, 0, bool(x["full_eagle"]), r)]
+    groups = ([release_params.lookup_group(r, x["full_block"], x["bpc"], None, 0, bool(x["full_eagle"]))]
               if x["full_block"] else []) + [
-        _lookup_group(x["B"], x["bpc"], x["W"], x["extra"], x["eagle"], r)]
+        release_params.lookup_group(r, x["B"], x["bpc"], x["W"], x["extra"], x["eagle"])]
     req = ilookup.LaterRequest(x["T"], x["local"], x["max_load"])
     content = ilookup.StoreContent.of_chunks(([x["full"]] if x["full_block"] else []) + [x["swa"]])
-    hit = ilookup.lookup_hit_tokens(groups, req, content, _lookup_parts(r))
+    hit = ilookup.lookup_hit_tokens(groups, req, content, release_params.lookup_parts(r))
     loaded = ilookup.loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
     return hit, _rng(loaded[-1]), (_rng(loaded[0]) if x["full_block"] else (0, 0))
 

@@ -63,7 +63,7 @@ def test_unchecked_loads_per_release(release, failing):
         assert r in (z3.sat, z3.unsat), (release.name, g.name, r)
         if r == z3.sat:
             got.add(g.name)
-            cex = decode.decode_static(m, ctx)
+            cex = decode.decode_static(m, ctx, OBLIGATIONS["load-reads-checked"])
             assert cex["vllm"] == release.name
             assert OBLIGATIONS["load-reads-checked"].witness(cex), cex
     assert got == failing

@@ -99,3 +99,22 @@ def test_vllm_033_row_counterexample_replays():
     assert cex["replayed_violation"] and cex["twin_hit_tokens"] < cex["twin_dense_hit_tokens"]
     assert cex["twin_dense_hit_tokens"] == cex["spec_dense_hit_tokens"]
     assert neighbours.replay(cex) == cex["replayed_violation"]
+
+
+def test_the_decoder_reads_the_terms_the_queries_hold():
+    """The world's decoder and its scheduler shape rebuild the queries'
+    terms from the context (no state left on it by the query builder): two
+    builds are the same terms, and they are the ones the queries hold."""
+    from kvreach.proofs.obligations import OBLIGATIONS
+    from kvreach.proofs.rows import ctx_for
+
+    ctx = ctx_for("vllm-0.33", "any", False)
+    before = vars(ctx).copy()
+    (q, _) = OBLIGATIONS[neighbours.NAME].queries(ctx)
+    assert vars(ctx) == before
+    a, b = neighbours.terms(ctx), neighbours.terms(ctx)
+    assert a["dense"].hit_tokens.eq(b["dense"].hit_tokens)
+    assert all(x.eq(y) for x, y in zip(a["seen"], b["seen"]))
+    # the violation: a nonzero dense hit, the chunk in its accepted SWA run, ...
+    assert q.violation.arg(0).eq(a["dense"].hit_tokens > 0)
+    assert q.violation.arg(1).eq(a["dense"].swa_verified[0] <= ctx.c)

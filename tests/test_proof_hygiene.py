@@ -211,3 +211,34 @@ def test_undecided_base_case_is_no_proof(name, rule, monkeypatch, no_mutant):
     monkeypatch.setattr(runner, "decide", decide)
     row = runner.run_row(name, rule, "any", INVARIANT_OK)
     assert bases and row.verdict == "unknown", row
+
+
+def test_a_static_model_is_decoded_by_its_records_decoder():
+    """``decode.decode_static`` dispatches on the obligation's record
+    (``Obligation.cex_decoder``), not on the model's symbols: no-waste's
+    model through its record carries the offloadable tokens and the later
+    requests' lookup groups; the same model through a record without a
+    decoder is the store configuration and the chunk only."""
+    import dataclasses
+
+    from kvreach.proofs import decode
+    from kvreach.proofs.config import LEAF_RL
+    from kvreach.proofs.solve import Meter, check_terms
+
+    ob = OBLIGATIONS["no-waste"]
+    release = rows.release_for(ob.name, "vllm-0.33", None)
+    for g in ob.grid:
+        ctx = rows.ctx_for("vllm-0.33", "any", rows.models_lookahead(ob, release),
+                           lookup_variant=ob.lookup_variant, release=release)
+        ctx.pins = g.pins(ctx)
+        found = [m for q in ob.queries(ctx)
+                 for r, m in [check_terms(q.premise + [q.violation], LEAF_RL, Meter())]
+                 if r == z3.sat]
+        if found:
+            break
+    assert found, "no geometry of no-waste's grid has a vllm-0.33 counterexample"
+    own = decode.decode_static(found[0], ctx, ob)
+    plain = decode.decode_static(found[0], ctx, dataclasses.replace(ob, cex_decoder=None))
+    assert own["offloadable_tokens"] >= 0 and "lookup_groups" in own
+    assert set(plain) == {"config", "chunk", "final_horizon_chunks", "boundary_block"}
+    assert {k: own[k] for k in plain} == plain

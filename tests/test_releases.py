@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from kvreach import conform as cf
 from kvreach import releases as R
 from kvreach.impl import lookup as lk
+from kvreach.impl import release as release_params
 from kvreach.params import ParamError
 
 
@@ -37,9 +37,9 @@ def test_records_are_distinct_and_0_33_0_differs_from_0_31_0_in_two_parts():
 def test_lookup_defaults_are_0_33_0s_record():
     """Every lookup parameter's default is the 0.33.0 record's part, so the
     existing callers run 0.33.0's lookup."""
-    assert lk.LookupParts() == cf._lookup_parts(R.V0_33_0) == lk.VLLM_0_33
+    assert lk.LookupParts() == release_params.lookup_parts(R.V0_33_0) == lk.VLLM_0_33
     g = lk.LookupGroup(4, 1, 17, 3)
-    assert g == cf._lookup_group(4, 1, 17, 3, False, R.V0_33_0)
+    assert g == release_params.lookup_group(R.V0_33_0, 4, 1, 17, 3, False)
     with pytest.raises(ParamError):
         lk.LookupParts(pending="never")
     with pytest.raises(ParamError):
@@ -68,11 +68,11 @@ def test_the_0_29_0_scan_defers_for_a_pending_key_past_a_miss():
 
 
 def _outcome(groups, n, missing, r: R.Release):
-    gs = [cf._lookup_group(b, 1, W, extra, False, r) for b, W, extra in groups]
+    gs = [release_params.lookup_group(r, b, 1, W, extra, False) for b, W, extra in groups]
     keys = {(gi, c) for gi, g in enumerate(gs) for c in range(n // g.chunk_tokens)}
     content = lk.StoreContent(hit=frozenset(keys - set(missing)))
     req = lk.LaterRequest(n)
-    hit = lk.lookup_hit_tokens(gs, req, content, cf._lookup_parts(r))
+    hit = lk.lookup_hit_tokens(gs, req, content, release_params.lookup_parts(r))
     loaded = lk.loaded_chunks(gs, req, hit) if hit else ()
     unchecked = sorted((gi, c) for gi, rg in enumerate(loaded) for c in rg if (gi, c) in missing)
     return hit, unchecked
@@ -118,10 +118,10 @@ def test_the_0_33_0_contract_still_holds_and_older_parts_are_exempt():
     contracts.set_mode("raise")
     try:
         groups, n, missing = CASE_029
-        gs = [cf._lookup_group(b, 1, W, e, False, R.V0_29_0) for b, W, e in groups]
+        gs = [release_params.lookup_group(R.V0_29_0, b, 1, W, e, False) for b, W, e in groups]
         keys = {(gi, c) for gi, g in enumerate(gs) for c in range(n // g.chunk_tokens)}
         content = lk.StoreContent(hit=frozenset(keys - set(missing)))
-        out = lk.lookup(gs, lk.LaterRequest(n), content, parts=cf._lookup_parts(R.V0_29_0))
+        out = lk.lookup(gs, lk.LaterRequest(n), content, parts=release_params.lookup_parts(R.V0_29_0))
         assert out.hit_tokens == 22 and 3 in out.loaded[1]
     finally:
         contracts.set_mode(old)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreach.cli._options import _scenario_flags
+from kvreach.cli._options import scenario_flags
 from kvreach.proofs import scenarios
 
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
@@ -44,7 +44,7 @@ REPLAYED = [f for f in scenarios.FINDINGS if f.command is not None]
 
 @pytest.mark.parametrize("f", REPLAYED, ids=lambda f: f.finding)
 def test_findings_md_runs_the_scenario(f):
-    want = ["kvreach", f.command] + shlex.split(_scenario_flags(f.scenario, [f.rule]))
+    want = ["kvreach", f.command] + shlex.split(scenario_flags(f.scenario, [f.rule]))
     assert any(_pairs(cmd) == _pairs(want) for cmd in _commands(f.finding)), (
         want, _commands(f.finding))
 
@@ -85,6 +85,20 @@ def test_findings_md_runs_the_release_replays(f):
             flags = [f"kvreach counterexample {obligation} --rule", f"--rule {rule}"]
             flags += [f"--vllm {vllm}"] if vllm else []
             assert all(x in section for x in flags), (f.finding, flags)
+
+
+def test_a_finding_replays_only_counterexamples_its_obligation_record_replays_on_releases():
+    """A release replay of a counterexample (``--cex``) names its obligation
+    as CASE; the obligation's record is what makes it a CASE of
+    ``release_replay`` (``Replay.on_releases``)."""
+    from kvreach.proofs.obligations import OBLIGATIONS
+
+    replayed = [(f.finding, r.case, r.cex[0]) for f in scenarios.FINDINGS
+                for r in f.release_replays if r.cex]
+    assert replayed
+    for finding, case, obligation in replayed:
+        rec = OBLIGATIONS[obligation].vllm_replay
+        assert case == obligation and rec is not None and rec.on_releases, (finding, case)
 
 
 def test_pr_example_is_the_prs_numbers():

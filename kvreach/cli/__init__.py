@@ -10,7 +10,7 @@ options), :mod:`kvreach.cli._options` (the scenario options) and
 Last stage of the data flow (params -> rules -> lifecycle -> properties ->
 report). Every command is a thin layer: parse the options, call the library,
 render. Bad input is one ``error: ...`` line on stderr with exit code 2
-(:class:`kvreach.cli._common._OneLineErrors`).
+(:class:`kvreach.cli._common.OneLineErrors`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from kvreach.cli import catalog, conform, counterexample, diagram, lookup, plot, prove, simulate
-from kvreach.cli._common import _OneLineErrors
+from kvreach.cli._common import OneLineErrors
 from kvreach.cli.render import ranges
 from kvreach.params import LOAD_MODELS, RULES
 from kvreach.proofs.obligations import OBLIGATIONS
@@ -35,7 +35,7 @@ HELP = (
 )
 
 app = typer.Typer(
-    cls=_OneLineErrors,
+    cls=OneLineErrors,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

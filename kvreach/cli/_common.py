@@ -1,10 +1,10 @@
 """Shared CLI plumbing: the one-line error handling (:class:`CliError`,
-:class:`_OneLineErrors`), the consoles, and the option helpers every command
+:class:`OneLineErrors`), the consoles, and the option helpers every command
 uses.
 
 Bad input (``kvreach.params.ParamError`` or a click usage error) is reported
 as one line on stderr, ``error: --flag=value: expected ...``, with exit code
-2 and no traceback; that is done once, in :class:`_OneLineErrors`, so it
+2 and no traceback; that is done once, in :class:`OneLineErrors`, so it
 holds under ``typer.testing.CliRunner`` as well as the console script.
 """
 
@@ -57,22 +57,22 @@ class CliError(Exception):
 
     def __init__(self, flag: str, value: object, expected: str) -> None:
         self.flag, self.value, self.expected = flag, value, expected
-        super().__init__(f"{flag}={_show(value)}: expected {expected}")
+        super().__init__(f"{flag}={show_value(value)}: expected {expected}")
 
 
-def _show(value: object) -> str:
+def show_value(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return str(value)
 
 
-def _from_param_error(e: ParamError, flags: dict[str, str] | None = None) -> CliError:
+def from_param_error(e: ParamError, flags: dict[str, str] | None = None) -> CliError:
     table = PARAM_FLAGS | (flags or {})
     flag = table.get(e.param, "--" + e.param.replace("_", "-"))
     return CliError(flag, e.value, e.expected)
 
 
-def _error_line(msg: str, prefix: str = "error: ") -> None:
+def error_line(msg: str, prefix: str = "error: ") -> None:
     msg = " ".join(str(msg).split())  # one line, whatever the message
     sys.stderr.write(f"{prefix}{msg}\n")
     sys.stderr.flush()
@@ -131,7 +131,7 @@ def _extra_argument_message(e: Exception, args: list[str]) -> str | None:
     return f"{first}: unexpected argument (`kvreach {name}` takes options only; see --help)"
 
 
-class _OneLineErrors(TyperGroup):
+class OneLineErrors(TyperGroup):
     """Runs the command non-standalone and turns every input error into one
     ``error: ...`` line on stderr (exit 2) instead of click's usage panel;
     an output that cannot be written (a full disk, a closed pipe) is one line
@@ -149,10 +149,10 @@ class _OneLineErrors(TyperGroup):
             )
             code = rv if isinstance(rv, int) else 0
         except CliError as e:
-            _error_line(str(e))
+            error_line(str(e))
             code = 2
         except ParamError as e:
-            _error_line(str(_from_param_error(e)))
+            error_line(str(from_param_error(e)))
             code = 2
         except _cx.ClickException as e:  # UsageError, BadParameter, ...
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `kvreach`: help
@@ -161,29 +161,29 @@ class _OneLineErrors(TyperGroup):
                     sys.stdout.write(msg + "\n")
                 code = 0
             else:
-                _error_line(_extra_argument_message(e, argv) or _usage_message(e))
+                error_line(_extra_argument_message(e, argv) or _usage_message(e))
                 code = e.exit_code
         except _Abort as e:
             interrupted = isinstance(e.__cause__ or e.__context__, KeyboardInterrupt)
-            _error_line("interrupted" if interrupted else "aborted")
+            error_line("interrupted" if interrupted else "aborted")
             code = 130 if interrupted else 1
         except KeyboardInterrupt:
-            _error_line("interrupted")
+            error_line("interrupted")
             code = 130
         except BrokenPipeError:  # the reader went away (`| head`): nothing to say
             _silence_stdout()
             code = 1
         except OSError as e:  # a file or stdout failed: a full disk, an unreadable file
             if e.filename:
-                _error_line(f"{e.filename}: {e.strerror or e}")
+                error_line(f"{e.filename}: {e.strerror or e}")
             else:
-                _error_line(f"stdout: cannot write ({e.strerror or e})")
+                error_line(f"stdout: cannot write ({e.strerror or e})")
             _silence_stdout()
             code = 2
         except Exception as e:  # noqa: BLE001  (a bug: one line, not a traceback)
             if os.environ.get("KVREACH_TRACEBACK") == "1":
                 raise
-            _error_line(f"internal error ({type(e).__name__}: {e}); please report it "
+            error_line(f"internal error ({type(e).__name__}: {e}); please report it "
                         "(KVREACH_TRACEBACK=1 shows the traceback)")
             code = 1
         if standalone_mode:
@@ -213,7 +213,7 @@ def _silence_stdout() -> None:
         pass
 
 
-def _writable(flag: str, path: Path | None) -> None:
+def check_writable(flag: str, path: Path | None) -> None:
     """Check an output option before any work: ``-`` (stdout), or a file that
     can be created or overwritten (its directory is created if missing)."""
     if path is None or str(path) == "-":
@@ -231,7 +231,7 @@ def _writable(flag: str, path: Path | None) -> None:
         raise CliError(flag, path, f"a writable file ({e.strerror})") from None
 
 
-def _out() -> Console:
+def stdout_console() -> Console:
     # highlight=False: rich's number highlighting costs O(digits) regex work per
     # line, minutes on a long request's chunk ranges
     c = Console(highlight=False)
@@ -240,14 +240,14 @@ def _out() -> Console:
     return c
 
 
-def _err() -> Console:
+def stderr_console() -> Console:
     c = Console(stderr=True, highlight=False)
     if not c.is_terminal and "COLUMNS" not in os.environ:
         c = Console(stderr=True, width=160, highlight=False)
     return c
 
 
-def _check_choice(flag: str, value: str | None, check) -> None:
+def check_choice(flag: str, value: str | None, check) -> None:
     if value is None:
         return
     try:
@@ -271,7 +271,7 @@ VllmOpt = Annotated[Optional[str], typer.Option(
     help=f"the vLLM release ({', '.join(VLLM_VERSIONS)}; default {DEFAULT_RELEASE.names[0]})")]
 
 
-def _release(value: str | None) -> Release:
+def vllm_release(value: str | None) -> Release:
     """The record of ``--vllm`` (default: ``kvreach.releases.DEFAULT``, 0.34.0); a one-line error naming
     the known versions for any other value."""
     if value is None:
@@ -288,7 +288,7 @@ RepoOpt = Annotated[Optional[Path], typer.Option(
          "directory from the current one upward with pyproject.toml and docs/)")]
 
 
-def _repo_root(repo: Path | None) -> Path:
+def repo_root(repo: Path | None) -> Path:
     """``--repo``, or the first directory from the current one upward that
     holds pyproject.toml and docs/; a one-line error when there is none."""
     def is_repo(d: Path) -> bool:
@@ -306,7 +306,7 @@ def _repo_root(repo: Path | None) -> Path:
                    f"and docs/ from {cwd} upward; run from the checkout or pass --repo DIR")
 
 
-def _in_repo(root: Path, rel: str | Path) -> Path:
+def in_repo(root: Path, rel: str | Path) -> Path:
     """``root / rel``, shown relative to the current directory when under it
     (``docs/proofs.md`` from the checkout, as the defaults always read)."""
     p = root / rel

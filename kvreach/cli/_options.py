@@ -1,5 +1,5 @@
 """The scenario options, one definition shared by ``simulate`` and ``plot``
-(:data:`SCENARIO_OPTIONS`, :func:`_scenario_command`), and running the
+(:data:`SCENARIO_OPTIONS`, :func:`scenario_command`), and running the
 scenario with its errors named by flag."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, _from_param_error
+from kvreach.cli._common import CliError, from_param_error
 from kvreach.model_config import DerivedModel, ModelConfigError, derive, load
 from kvreach.models import PRESETS
 from kvreach.params import LOAD_MODELS, MAX_CHUNKS, MAX_STEPS, MAX_TOKENS, ParamError
@@ -186,7 +186,7 @@ def _with_model_config(opts: dict, model: str | None, fields: dict) -> dict:
     }
 
 
-def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
+def scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     """Give command ``fn`` the scenario options of :data:`SCENARIO_OPTIONS`
     after its own; ``fn`` receives them as one ``scenario: Scenario``."""
     hints = typing.get_type_hints(fn, include_extras=True)
@@ -225,17 +225,17 @@ def _scenario_command(fn: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _run_scenario(rule, s: Scenario, release=None) -> Trace:
+def run_scenario_or_error(rule, s: Scenario, release=None) -> Trace:
     """Run ``s`` through the rule (or a release's store side), its ParamErrors
     as one-line errors naming the flag; ``release``: the release whose
     lookahead hashes a rule runs with (``run_scenario``)."""
     try:
         return run_scenario(rule, s, release)
     except ParamError as e:
-        raise _from_param_error(e) from None
+        raise from_param_error(e) from None
 
 
-def _scenario_flags(s: Scenario, rules: list[str]) -> str:
+def scenario_flags(s: Scenario, rules: list[str]) -> str:
     """The scenario as the options that reproduce it (defaults left out)."""
     parts = [f"--rule {rules[0]}" if len(rules) == 1 else "--compare " + " ".join(rules)]
     for o in SCENARIO_OPTIONS:

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, RepoOpt, _error_line, _in_repo, _repo_root, _writable
+from kvreach.cli._common import CliError, RepoOpt, error_line, in_repo, repo_root, check_writable
 
 
 def _read_results(flag: str, path: Path) -> dict:
@@ -48,14 +48,14 @@ def catalog(
     from kvreach.proofs import catalog as cat
 
     def default(rel: str) -> Path:  # only an option left out needs the repository
-        return _in_repo(_repo_root(repo), rel)
+        return in_repo(repo_root(repo), rel)
 
     if verdicts_only and not check:
         raise CliError("--verdicts-only", True, "--check as well")
     if repo is not None:
-        _repo_root(repo)  # a bad --repo is an error even when every path is given
+        repo_root(repo)  # a bad --repo is an error even when every path is given
     if out is not None and not check:
-        _writable("--out", out)
+        check_writable("--out", out)
     results = results or default(cat.RESULTS)
     out = out or default(cat.PAGE)
     if verdicts_only:
@@ -65,7 +65,7 @@ def catalog(
         assert against is not None
         diff = cat.verdict_differences(fresh, _read_results("--against", against))
         if diff:
-            _error_line(f"stale: {against}'s verdicts differ from {results}'s in {len(diff)} "
+            error_line(f"stale: {against}'s verdicts differ from {results}'s in {len(diff)} "
                         "row(s) (committed -> fresh): " + "; ".join(diff)
                         + f"; if the fresh run is right, run `{cat.REGENERATE}` and commit")
             raise typer.Exit(1)
@@ -86,7 +86,7 @@ def catalog(
                        + f" ({len(fresh['rows'])} rows); give --partial to write its page anyway")
     missing = [p for p in cat.results_problems(fresh) if " missing: " in p]
     if missing and not check:
-        _error_line(f"warning: {results}: " + "; ".join(missing) + "; the page shows the rows "
+        error_line(f"warning: {results}: " + "; ".join(missing) + "; the page shows the rows "
                     f"the run has; re-run `{cat.REGENERATE}`", prefix="")
     findings = out.parent / "findings.md"
     findings_md = findings.read_text() if findings.exists() else ""
@@ -130,11 +130,11 @@ def catalog(
     except ValueError as e:
         raise CliError("--results", results, f"a run the catalog can render ({e})") from None
     if stale.run:
-        _error_line(f"stale: {results}: " + "; ".join(stale.run) + f"; re-run `{cat.REGENERATE}`")
+        error_line(f"stale: {results}: " + "; ".join(stale.run) + f"; re-run `{cat.REGENERATE}`")
         raise typer.Exit(1)
     if stale.page or stale.versions:
         page = out if stale.page else f"{versions}'s verdict matrix"
-        _error_line(f"stale: {page} is not `kvreach catalog`'s output for {results}; "
+        error_line(f"stale: {page} is not `kvreach catalog`'s output for {results}; "
                     f"run `kvreach catalog --results {results} --out {out}`")
         raise typer.Exit(1)
     typer.echo(f"{out} is up to date with {results}")

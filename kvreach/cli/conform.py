@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, _error_line
+from kvreach.cli._common import CliError, error_line
 from kvreach.params import MAX_INT
 
 
@@ -49,7 +49,7 @@ def conform(
                 else cf.Tree.source(vllm_src) if vllm_src is not None else cf.Tree.installed())
         verdict = cf.conform(tree, n, seed)
     except cf.ConformError as e:
-        _error_line(str(e))
+        error_line(str(e))
         raise typer.Exit(2) from None
     sv = None
     if not function_only:

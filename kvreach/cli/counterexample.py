@@ -13,13 +13,13 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import (
-    DEFAULT_RELEASE, VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, _check_choice, _err,
-    _from_param_error, _out,
-    _release,
+    DEFAULT_RELEASE, VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, check_choice, stderr_console,
+    from_param_error, stdout_console,
+    vllm_release,
 )
 from kvreach.cli._interrupt import ExitOnInterrupt
-from kvreach.cli.plot import _draw, _plot_paths
-from kvreach.cli.render import _config_line, _print_cex, _print_drawn, ranges
+from kvreach.cli.plot import draw_plot, plot_paths
+from kvreach.cli.render import config_line, print_cex, print_drawn, ranges
 from kvreach.params import LOAD_MODELS, RULES, ParamError, check_load_model, check_rule
 from kvreach.proofs.obligations import OBLIGATIONS
 
@@ -57,9 +57,9 @@ def counterexample(
 
     if obligation not in OBLIGATIONS:
         raise CliError("OBLIGATION", obligation, "one of " + ", ".join(OBLIGATIONS))
-    _check_choice("--rule", rule, check_rule)
-    _check_choice("--load-model", load_model, check_load_model)
-    _release(vllm)  # a known version, else one line naming them
+    check_choice("--rule", rule, check_rule)
+    check_choice("--load-model", load_model, check_load_model)
+    vllm_release(vllm)  # a known version, else one line naming them
     ob = OBLIGATIONS[obligation]
     if ob.rule_specific and rule is None:
         raise CliError("--rule", "(missing)", f"one of {', '.join(RULES)} for '{obligation}'")
@@ -71,26 +71,26 @@ def counterexample(
             raise CliError("--plot", plot_file,
                            "a lifecycle obligation of world single or " + ", ".join(MAPPABLE_STATIC)
                            + f" ('{obligation}' has no chunk map)")
-        _plot_paths("--plot", plot_file)
+        plot_paths("--plot", plot_file)
     replays = _replay_module() if replay_vllm else None
     if replays is not None and obligation not in replays.REPLAYS:
         raise CliError("--replay-vllm", True,
                        "an obligation with a vLLM replay: " + ", ".join(replays.REPLAYS))
     t0 = time.perf_counter()
-    err = _err()
+    err = stderr_console()
     r, m = search.row_key(obligation, rule, load_model)
     try:
         group = search.vllm_group(obligation, r, m, vllm)
         search.check_lookahead(obligation, r, m, group, hash_lookahead_tokens)
     except ParamError as e:
-        raise _from_param_error(e) from None
+        raise from_param_error(e) from None
     stop = lambda: f"interrupted: searching {obligation}/{r}/{m} for {time.perf_counter() - t0:.1f} s"  # noqa: E731
     with ExitOnInterrupt(stop, lambda: err.show_cursor(True)), \
             err.status(f"searching {obligation}/{r}/{m} ..."):
         try:
             found = search.search(obligation, rule, load_model, vllm, hash_lookahead_tokens)
         except ParamError as e:
-            raise _from_param_error(e) from None
+            raise from_param_error(e) from None
     verdict, detail, cex, depth = found.verdict, found.detail, found.counterexample, found.depth
     if replay_vllm and cex is not None:
         cex["vllm_replay"], ok = _replay_vllm(replays, obligation, cex, r, m)
@@ -109,7 +109,7 @@ def counterexample(
                "counterexample": cex}
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:
-        out = _out()
+        out = stdout_console()
         out.print(f"[bold]{obligation}[/] rule={r} load_model={m} vllm={group}: [bold]{verdict}[/] "
                   f"({secs:.2f} s)", soft_wrap=True)
         out.print(OBLIGATIONS[obligation].statement, markup=False, soft_wrap=True)
@@ -118,7 +118,7 @@ def counterexample(
         if verdict == "proved":
             out.print("[green]proved: no counterexample exists[/]")
         elif cex is not None:
-            _print_cex(out, cex, concrete_model, depth)
+            print_cex(out, cex, concrete_model, depth)
             command = simulate_command(cex, concrete_rule, concrete_model)
             if command:
                 out.print(f"reproduce: {command}", markup=False, soft_wrap=True)
@@ -220,7 +220,7 @@ def _plot_cex(out_file: Path, obligation: str, cex: dict, rule: str, model: str,
     g, req = cex["config"]["group"], cex["config"]["request"]
     sup = f"replayed violation chunks: {ranges(bad)}"
     sup += ("" if cex.get("chunk") is None else f"; tracked chunk {cex['chunk']}") + "\n"
-    sup += _config_line(g, req, cex.get("lifecycle"))
+    sup += config_line(g, req, cex.get("lifecycle"))
     png, svg = kplot.out_paths(out_file)
-    drawn = _draw("--plot", out_file, [m], sup)
-    _print_drawn(_err() if quiet else _out(), drawn, png, svg)
+    drawn = draw_plot("--plot", out_file, [m], sup)
+    print_drawn(stderr_console() if quiet else stdout_console(), drawn, png, svg)

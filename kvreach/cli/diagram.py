@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, RepoOpt, _error_line, _repo_root
+from kvreach.cli._common import CliError, RepoOpt, error_line, repo_root
 
 
 def diagram(
@@ -24,7 +24,7 @@ def diagram(
     spec's transition table (``--check``: only compare)."""
     from kvreach import diagram as dg
 
-    root = _repo_root(repo) if repo is not None or doc is None else None  # a bad --repo: an error
+    root = repo_root(repo) if repo is not None or doc is None else None  # a bad --repo: an error
     path = doc or root.resolve() / dg.DOC
     if not path.is_file():
         raise CliError("--doc", path, "an existing Markdown file")
@@ -42,7 +42,7 @@ def diagram(
         sys.stdout.write(f"{path}: lifecycle diagram up to date\n")
         return
     if check:
-        _error_line(f"{path}: the lifecycle diagram differs from the one generated from "
+        error_line(f"{path}: the lifecycle diagram differs from the one generated from "
                     "spec.lifecycle.TRANSITIONS; run `kvreach diagram`")
         raise typer.Exit(1)
     path.write_text(new, encoding="utf-8")

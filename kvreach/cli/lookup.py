@@ -13,10 +13,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import (CliError, VllmOpt, _check_choice, _from_param_error, _out,
-                                 _release)
-from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import _config_line, lookup_side, ranges, store_side, write_json
+from kvreach.cli._common import (CliError, VllmOpt, check_choice, from_param_error, stdout_console,
+                                 vllm_release)
+from kvreach.cli._options import run_scenario_or_error, scenario_command
+from kvreach.cli.render import config_line, lookup_side, ranges, store_side, write_json
 from kvreach.params import MAX_CHUNKS, RULES, ParamError, check_rule
 from kvreach.scenario import Scenario, lookup_groups
 
@@ -27,7 +27,7 @@ LATER_FLAGS = {
 }
 
 
-@_scenario_command
+@scenario_command
 def lookup(
     rule: Annotated[Optional[str], typer.Option(
         "--rule", help="the earlier request's store rule, one of kvreach's "
@@ -59,8 +59,8 @@ def lookup(
     from kvreach.impl.release import lookup_parts
     from kvreach.impl.worlds import later_lookup
 
-    _check_choice("--rule", rule, check_rule)
-    release = _release(vllm)
+    check_choice("--rule", rule, check_rule)
+    release = vllm_release(vllm)
     if load_model is not None:
         raise CliError("--load-model", load_model,
                        "no --load-model with `kvreach lookup`: it loads what vLLM X's own "
@@ -69,12 +69,12 @@ def lookup(
     groups = lookup_groups(scenario, release)
     n = scenario.prompt if later_prompt is None else later_prompt
     evicted = _evicted(later_evicted or [], groups, n)
-    trace = _run_scenario(release if rule is None else rule, scenario, release)
+    trace = run_scenario_or_error(release if rule is None else rule, scenario, release)
     try:
         r = later_lookup(groups, trace, n, later_diverges_at, later_local_hit,
                          later_max_load_tokens, parts=lookup_parts(release), evicted=evicted)
     except ParamError as e:
-        raise _from_param_error(e, LATER_FLAGS) from None
+        raise from_param_error(e, LATER_FLAGS) from None
     version = vllm or release.names[-1]
     doc = {"config": scenario.config(trace.rule) | {
         "vllm": version, "store_side": "vllm" if rule is None else "rule",
@@ -82,13 +82,13 @@ def lookup(
     if as_json:
         write_json(doc, sys.stdout.write)
         return
-    out = _out()
+    out = stdout_console()
     tj = trace.to_json()
     stores = (f"vLLM {version}'s ({store_side(release)})"
               if rule is None else "kvreach's rule")
     out.print(f"[bold]rule[/] {trace.rule}: {stores}; [bold]lookup[/] vLLM {version}'s "
               f"({lookup_side(release)})", soft_wrap=True)
-    out.print("earlier request: " + _config_line(tj["group"], tj["request"], tj["lifecycle"]),
+    out.print("earlier request: " + config_line(tj["group"], tj["request"], tj["lifecycle"]),
               markup=False, soft_wrap=True)
     out.print(f"later request: {doc['later_prompt']} tokens, shares {doc['shared_tokens']} with "
               f"the stored prompt, GPU-local hit {doc['local_hit_tokens']}", soft_wrap=True)

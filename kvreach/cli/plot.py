@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, _check_choice, _out
-from kvreach.cli._options import _run_scenario, _scenario_command, _scenario_flags
-from kvreach.cli.render import _print_drawn
+from kvreach.cli._common import CliError, check_choice, stdout_console
+from kvreach.cli._options import run_scenario_or_error, scenario_command, scenario_flags
+from kvreach.cli.render import print_drawn
 from kvreach.params import LOAD_MODELS, RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
@@ -18,7 +18,7 @@ from kvreach.scenario import Scenario
 PLOT_EXTRA = "matplotlib: install the plot extra (pip install -e '.[plot]')"
 
 
-def _plot_paths(flag: str, out: Path) -> tuple[Path, Path]:
+def plot_paths(flag: str, out: Path) -> tuple[Path, Path]:
     """Check an output option before any work: a .png or .svg name in an
     existing directory, and matplotlib importable. -> (png, svg)."""
     from kvreach import plot as kplot  # no matplotlib here
@@ -59,11 +59,11 @@ def _rules_pair(value: tuple[str, str] | None) -> tuple[str, str] | None:
                            "two rules, each one of " + ", ".join(RULES)
                            + f" (a flag was taken as a rule: {value[1]})")
         for r in value:
-            _check_choice("--compare", r, check_rule)
+            check_choice("--compare", r, check_rule)
     return value
 
 
-def _draw(flag: str, out: Path, maps: list, suptitle: str) -> list:
+def draw_plot(flag: str, out: Path, maps: list, suptitle: str) -> list:
     """Draw ``maps`` to ``out``'s PNG and SVG; -> the maps as drawn."""
     from kvreach import plot as kplot
 
@@ -78,12 +78,12 @@ def _lookup_sets(scenario: Scenario, traces, tjs):
     as ``simulate`` prints them): loadable = loaded by a later request or asked
     for and not stored, needed = asked for and not stored; -> (the traces'
     JSON with those sets, the panel titles)."""
-    from kvreach.cli.simulate import _lookup_view
+    from kvreach.cli.simulate import scenario_lookup_view
     from kvreach.releases import DEFAULT as release
 
     out, titles = [], []
     for t, tj in zip(traces, tjs):
-        view = _lookup_view(scenario, t, release)
+        view = scenario_lookup_view(scenario, t, release)
         if isinstance(view, str):
             raise CliError("--prompt", scenario.prompt, "a prompt whose later requests the "
                            f"lookup view covers ({view}), or --load-model intended")
@@ -94,7 +94,7 @@ def _lookup_sets(scenario: Scenario, traces, tjs):
     return out, titles
 
 
-@_scenario_command
+@scenario_command
 def plot(
     out_file: Annotated[Path, typer.Option(
         "--out", metavar="FILE",
@@ -130,11 +130,11 @@ def plot(
         raise CliError("--compare", " ".join(compare), "either --rule or --compare, not both")
     rules = [rule] if rule is not None else list(compare or ())
     for r in rules:
-        _check_choice("--rule" if compare is None else "--compare", r, check_rule)
-    png, svg = _plot_paths("--out", out_file)
+        check_choice("--rule" if compare is None else "--compare", r, check_rule)
+    png, svg = plot_paths("--out", out_file)
     zoom = _chunk_range(chunks)
-    _check_choice("--load-model", load_model, check_load_model)
-    traces = [_run_scenario(r, scenario) for r in rules]
+    check_choice("--load-model", load_model, check_load_model)
+    traces = [run_scenario_or_error(r, scenario) for r in rules]
 
     tjs = [t.to_json(scenario.load_model) for t in traces]
     steps = max(len(t.steps) for t in traces)
@@ -151,10 +151,10 @@ def plot(
     if load_model is None:  # after every refusal: the view costs a lookup per later request
         tjs, titles = _lookup_sets(scenario, traces, tjs)
     maps = [kplot.chunk_map(tj, lo, hi, title) for tj, title in zip(tjs, titles)]
-    command = "kvreach plot " + _scenario_flags(scenario, rules)
+    command = "kvreach plot " + scenario_flags(scenario, rules)
     if load_model is not None and "--load-model" not in command:  # its default, given
         command += f" --load-model {load_model}"
     if zoom is not None:
         command += f" --chunks {lo}:{hi}"
-    drawn = _draw("--out", out_file, maps, command)
-    _print_drawn(_out(), drawn, png, svg)
+    drawn = draw_plot("--out", out_file, maps, command)
+    print_drawn(stdout_console(), drawn, png, svg)

@@ -16,8 +16,8 @@ from typing import Annotated, Optional
 import typer
 
 from kvreach.cli._common import (
-    VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, _check_choice, _err, _error_line,
-    _from_param_error, _out, _release, _writable,
+    VLLM_VERSIONS, CliError, ModelOpt, RuleOpt, check_choice, stderr_console, error_line,
+    from_param_error, stdout_console, vllm_release, check_writable,
 )
 from kvreach.cli._interrupt import ExitOnInterrupt
 from kvreach.cli.render import print_prove_report
@@ -51,15 +51,15 @@ def prove(
     from kvreach.proofs import pool, results
     from kvreach.proofs.rows import selected_rows
 
-    _check_choice("--rule", rule, check_rule)
-    _check_choice("--load-model", load_model, check_load_model)
-    _release(vllm)  # a known version, else one line naming them
+    check_choice("--rule", rule, check_rule)
+    check_choice("--load-model", load_model, check_load_model)
+    vllm_release(vllm)  # a known version, else one line naming them
     if obligation is not None and obligation not in OBLIGATIONS:
         raise CliError("--obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
     if json_file is not None and junit_file is not None and str(json_file) == str(junit_file) == "-":
         raise CliError("--junit", "-", "a file when --json is - (one of them can have stdout)")
     for flag, path in (("--json", json_file), ("--junit", junit_file)):
-        _writable(flag, path)  # before the first proof, not after a minute of them
+        check_writable(flag, path)  # before the first proof, not after a minute of them
 
     from kvreach.proofs import cache
 
@@ -72,7 +72,7 @@ def prove(
         _empty_selection(obligation, rule, load_model, vllm)
     order = run_order(todo)  # the order pool.run yields them in
     to_stdout = "-" in (str(json_file), str(junit_file))
-    out, err = (_err() if to_stdout else _out()), _err()
+    out, err = (stderr_console() if to_stdout else stdout_console()), stderr_console()
     rows: list = []
     header = results.run_header(obligation, rule, load_model, 0.0, vllm, deep)  # the code and time it starts with
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
@@ -83,7 +83,7 @@ def prove(
             for row in _rows_with_progress(pool.run(obligation, rule, load_model, vllm=vllm, deep=deep), order, err, t0):
                 rows.append(row)
         except ParamError as e:
-            raise _from_param_error(e) from None
+            raise from_param_error(e) from None
         finally:
             if previous is None:
                 os.environ.pop(cache.ENV, None)
@@ -110,7 +110,7 @@ def prove(
         try:  # a failed --json write does not skip --junit
             write(path)
         except OSError as e:
-            _error_line(str(CliError(flag, path, f"a writable file ({e.strerror})")))
+            error_line(str(CliError(flag, path, f"a writable file ({e.strerror})")))
             failed = True
     if failed:
         raise typer.Exit(2)

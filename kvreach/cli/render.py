@@ -14,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from kvreach.cli._common import _show
+from kvreach.cli._common import show_value
 
 
 def ranges(chunks: Iterable[int]) -> str:
@@ -120,7 +120,7 @@ def _steps_table(trace: dict, title: str) -> Table:
     return t
 
 
-def _print_steps(console: Console, trace: dict, loadable: set[int] | None, title: str) -> None:
+def print_steps(console: Console, trace: dict, loadable: set[int] | None, title: str) -> None:
     """The steps table, then each step's submitted chunks as ranges (and the
     ones the load model never loads)."""
     if len(trace["steps"]) > RICH_TABLE_ROWS:
@@ -146,7 +146,7 @@ def _print_steps(console: Console, trace: dict, loadable: set[int] | None, title
         console.print("\n".join(lines), soft_wrap=True)
 
 
-def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> str:
+def config_line(group: dict, request: dict, lifecycle: dict | None = None) -> str:
     parts = [
         f"block_size={group['block_size']}", f"window={group['window']}",
         f"alignment_tokens={group['alignment_tokens']}",
@@ -173,7 +173,7 @@ def _config_line(group: dict, request: dict, lifecycle: dict | None = None) -> s
     return " ".join(parts)
 
 
-def _sets_summary(console: Console, stored: list[int], loadable: set[int],
+def sets_summary(console: Console, stored: list[int], loadable: set[int],
                   needed: set[int], model: str) -> None:
     st = set(stored)
     dup = sorted(c for c, k in Counter(stored).items() if k > 1)  # O(n), not O(n^2)
@@ -206,7 +206,7 @@ def _scope_ref(i: int) -> str:
     return f"\\[{i}]"
 
 
-def _cex_line(row) -> str:
+def cex_line(row) -> str:
     cex = row.counterexample or {}
     cfg = cex.get("config", {})
     g, r = cfg.get("group", {}), cfg.get("request", {})
@@ -215,7 +215,7 @@ def _cex_line(row) -> str:
     # chunk (its replayed chunks and configuration say what it is)
     parts = [] if cex.get("chunk") is None else [f"chunk {cex['chunk']}"]
     if g:
-        parts.append(_config_line(g, r, lc))
+        parts.append(config_line(g, r, lc))
     if "final_horizon_chunks" in cex:
         parts.append(f"final_horizon_chunks={cex['final_horizon_chunks']}"
                      f" boundary_block={cex.get('boundary_block')}")
@@ -275,13 +275,13 @@ def print_prove_report(out: Console, rows: list, total: float) -> int:
     if cexs:
         out.print("[bold]counterexamples[/]:")
         for r in cexs:
-            out.print("  " + _cex_line(r), markup=False, soft_wrap=True)
+            out.print("  " + cex_line(r), markup=False, soft_wrap=True)
     n_ok = sum(1 for r in rows if r.ok)
     out.print(f"{len(rows)} row(s), {n_ok} ok, {len(rows) - n_ok} not ok; total {total:.2f} s")
     return n_ok
 
 
-def _print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
+def print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
     _print_cex_body(out, cex, model, depth)
     if cex.get("world") == "neighbours":
         _print_neighbours(out, cex)
@@ -319,7 +319,7 @@ def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> N
     t.add_column("key")
     t.add_column("value")
     for k, v in {**cfg["group"], **cfg["request"], **(cex.get("lifecycle") or {})}.items():
-        t.add_row(k, _show(v) if v is not None else "None")
+        t.add_row(k, show_value(v) if v is not None else "None")
     t.add_row("tracked chunk", str(cex.get("chunk")))
     for k in ("final_horizon_chunks", "boundary_block"):
         if k in cex:
@@ -333,7 +333,7 @@ def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> N
     if trace is None:
         return
     loadable = set(trace.get("loadable", []))
-    _print_steps(out, trace, loadable, f"replayed lifecycle (load model {model})")
+    print_steps(out, trace, loadable, f"replayed lifecycle (load model {model})")
     spec = cex.get("spec_steps") or []
     if spec:
         out.print("spec steps: " + "; ".join(
@@ -354,7 +354,7 @@ def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> N
         out.print(f"[{style}]asked for by the later lookup, never stored[/] "
                   f"({len(ll['missing_chunks'])}): {ranges(ll['missing_chunks'])}", soft_wrap=True)
     else:
-        _sets_summary(out, list(trace["stored"]), loadable, set(trace.get("needed", [])), model)
+        sets_summary(out, list(trace["stored"]), loadable, set(trace.get("needed", [])), model)
     out.print(f"[bold]replayed violation chunks[/]: {ranges(cex.get('replayed_violation') or [])}",
               soft_wrap=True)
 
@@ -401,7 +401,7 @@ def _print_vllm_replay(out: Console, cex: dict) -> None:
               soft_wrap=True)
 
 
-def _print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
+def print_drawn(console: Console, drawn: list, png: Path, svg: Path) -> None:
     from kvreach.plot import LOOKUP_LOADED, LOOKUP_MISSING, LOOKUP_ROW, MISSED, WASTED, panel_title
 
     for m in drawn:

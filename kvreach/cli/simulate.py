@@ -9,15 +9,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvreach.cli._common import CliError, VllmOpt, _check_choice, _out, _release
-from kvreach.cli._options import _run_scenario, _scenario_command
-from kvreach.cli.render import (_config_line, _print_steps, _sets_summary, flagged_set, ranges,
+from kvreach.cli._common import CliError, VllmOpt, check_choice, stdout_console, vllm_release
+from kvreach.cli._options import run_scenario_or_error, scenario_command
+from kvreach.cli.render import (config_line, print_steps, sets_summary, flagged_set, ranges,
                                 store_side, write_json)
 from kvreach.params import RULES, check_load_model, check_rule
 from kvreach.scenario import Scenario
 
 
-@_scenario_command
+@scenario_command
 def simulate(
     rule: Annotated[Optional[str], typer.Option(
         "--rule", help="one of kvreach's rules " + ", ".join(RULES) + " (instead of --vllm's "
@@ -31,15 +31,15 @@ def simulate(
     release X's (--vllm X, default 0.34.0: its store rule, mask window, EAGLE
     tail and finish) or one of kvreach's rules as transcribed (--rule R)."""
     s = scenario
-    _check_choice("--rule", rule, check_rule)
+    check_choice("--rule", rule, check_rule)
     if rule is not None and vllm is not None:
         raise CliError("--vllm", vllm, "no --rule beside it: simulate runs one store side, a "
                        "release's (--vllm X) or one of kvreach's rules (--rule R); to score a rule "
                        "against a release's lookup use `kvreach lookup --rule R --vllm X`")
-    r = _release(vllm)
-    _check_choice("--load-model", s.load_model, check_load_model)
-    trace = _run_scenario(r if rule is None else rule, s)
-    view = _lookup_view(s, trace, r)
+    r = vllm_release(vllm)
+    check_choice("--load-model", s.load_model, check_load_model)
+    trace = run_scenario_or_error(r if rule is None else rule, s)
+    view = scenario_lookup_view(s, trace, r)
     rule_name = trace.rule
     load_model, g = s.load_model, trace.group
 
@@ -76,21 +76,21 @@ def simulate(
         write_json(doc, sys.stdout.write)
         return
 
-    out = _out()
+    out = stdout_console()
     side = ("" if rule else
             f"  [bold]vllm[/] {vllm or r.names[-1]} (its store side: {store_side(r)})")
     out.print(f"[bold]rule[/] {rule_name}{side}  [bold]load model[/] {load_model}",
               soft_wrap=True)
-    out.print(_config_line(tj["group"], tj["request"], tj["lifecycle"]), markup=False, soft_wrap=True)
+    out.print(config_line(tj["group"], tj["request"], tj["lifecycle"]), markup=False, soft_wrap=True)
     out.print(" ".join(f"{k}={v}" for k, v in derived.items()), markup=False, soft_wrap=True)
-    _print_steps(out, tj, set(loadable), "SWA group: steps")
+    print_steps(out, tj, set(loadable), "SWA group: steps")
     out.print(f"final horizon {trace.final_horizon_chunks} chunks, computed {trace.computed_tokens} tokens",
               soft_wrap=True)
     _lookup_summary(out, stored, view, r)
-    _sets_summary(out, stored, set(loadable), set(needed), load_model)
+    sets_summary(out, stored, set(loadable), set(needed), load_model)
 
 
-def _lookup_view(s: Scenario, trace, release):
+def scenario_lookup_view(s: Scenario, trace, release):
     """The release's lookup of the later requests repeating the prompt
     (kvreach.lookup_view), or why it was not computed (a prompt with too
     many chunk boundaries to look each up)."""

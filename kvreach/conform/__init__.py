@@ -38,9 +38,6 @@ from kvreach.conform.checks import (
     CHECKS,
     UNCHECKED,
     Role,
-    _lookup_group,
-    _lookup_parts,
-    _tree_lookup,
 )
 from kvreach.conform.compare import (
     DEFAULT_CASES,
@@ -56,11 +53,11 @@ from kvreach.conform.compare import (
     conform,
 )
 from kvreach.conform.extract import (
-    _CONFIG,
-    _MANAGER,
-    _SCHED,
+    CONFIG_FILE,
     FILES,
+    MANAGER_FILE,
     ROLES,
+    SCHEDULER_FILE,
     ConformError,
     Extracted,
     Tree,
@@ -77,7 +74,7 @@ from kvreach.conform.stubs import (
 )
 
 __all__ = [
-    "CHECKS", "DEFAULT_CASES", "DEFAULT_SEED", "DIFFERS", "EQUALS", "EXIT", "UNDECIDED", "Unchecked", "FILES", "MAX_CASES", "ROLES", "UNCHECKED",
+    "CHECKS", "CONFIG_FILE", "MANAGER_FILE", "SCHEDULER_FILE", "DEFAULT_CASES", "DEFAULT_SEED", "DIFFERS", "EQUALS", "EXIT", "UNDECIDED", "Unchecked", "FILES", "MAX_CASES", "ROLES", "UNCHECKED",
     "ChunkedLocalAttentionSpec", "ConformError", "Difference", "Extracted", "FullAttentionSpec",
     "LookupResult", "MambaSpec", "RequestStatus", "Role", "SlidingWindowSpec", "Tree", "Verdict",
     "conform", "extract", "render",

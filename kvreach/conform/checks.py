@@ -19,8 +19,8 @@ from kvreach.conform.stubs import (
     RequestStatus,
     SlidingWindowSpec,
     Stub,
-    _Manager,
-    _Quiet,
+    ManagerStub,
+    Quiet,
 )
 from kvreach.impl import lookup as lk
 from kvreach.impl import release as release_params
@@ -80,14 +80,6 @@ def _answers(rnd: random.Random, n: int, p_hit: float = 0.75) -> list[lk.Answer]
 # ---------------------------------------------------------------------------
 
 
-def _lookup_group(g_tokens: int, bpc: int, W: int | None, extra: int, eagle: bool,
-                  r: Release) -> lk.LookupGroup:
-    return release_params.lookup_group(r, g_tokens, bpc, W, extra, eagle)
-
-
-_lookup_parts = release_params.lookup_parts
-
-
 # --- window, load window ----------------------------------------------------
 
 
@@ -101,7 +93,7 @@ def _tree_window(x, ex: Extracted):
 
 
 def _twin_window(x, r: Release):
-    return _lookup_group(x["C"], 1, x["W"], x["extra"], False, r).window_chunks
+    return release_params.lookup_group(r, x["C"], 1, x["W"], x["extra"], False).window_chunks
 
 
 def _tree_load_window(x, ex: Extracted):
@@ -114,7 +106,7 @@ def _tree_load_window(x, ex: Extracted):
 
 
 def _twin_load_window(x, r: Release):
-    return _lookup_group(x["C"], 1, x["W"], x["extra"], False, r).load_window_chunks(x["end"])
+    return release_params.lookup_group(r, x["C"], 1, x["W"], x["extra"], False).load_window_chunks(x["end"])
 
 
 # --- the two scans -------------------------------------------------------------
@@ -128,7 +120,7 @@ def _in_scan(rnd):
 
 def _tree_scan(x, ex: Extracted):
     answers = x["answers"]
-    self = Stub("OffloadingConnectorScheduler", manager=_Manager(lambda k: answers[k]))
+    self = Stub("OffloadingConnectorScheduler", manager=ManagerStub(lambda k: answers[k]))
     keys = list(range(len(answers)))
     if "initial_window_size" in ex.params["sliding_window_lookup"]:
         return ex.fns["sliding_window_lookup"](self, keys, x["w"], None, x["initial"])
@@ -146,7 +138,7 @@ def _in_prefix(rnd):
 
 def _tree_prefix(x, ex: Extracted):
     answers = x["answers"]
-    self = Stub("OffloadingConnectorScheduler", manager=_Manager(lambda k: answers[k]), _events_tracker=_Quiet())
+    self = Stub("OffloadingConnectorScheduler", manager=ManagerStub(lambda k: answers[k]), _events_tracker=Quiet())
     return ex.fns["maximal_prefix_lookup"](self, list(range(len(answers))), None, None, None, 0)
 
 
@@ -205,7 +197,7 @@ def _tree_lookup(x, ex: Extracted):
     keys = x["keys"]
     self = Stub("OffloadingConnectorScheduler",
         config=Stub("SchedulerOffloadConfig", kv_group_configs=tuple(gcs)),
-        manager=_Manager(lambda k: keys.get(k, lk.Answer.MISS)), _events_tracker=_Quiet(),
+        manager=ManagerStub(lambda k: keys.get(k, lk.Answer.MISS)), _events_tracker=Quiet(),
         _sliding_window_groups=tuple(swa), _lookup_groups=tuple(full) + tuple(swa),
         _mamba_align_size=None, _chunks_being_loaded=None)
     # the scans the lookup calls: bound when found by name; a renamed one is
@@ -227,13 +219,13 @@ def _tree_lookup(x, ex: Extracted):
 
 
 def _twin_lookup(x, r: Release):
-    groups = [_lookup_group(g["b"], x["bpc"], g["W"], g["extra"], g["eagle"], r) for g in x["groups"]]
+    groups = [release_params.lookup_group(r, g["b"], x["bpc"], g["W"], g["extra"], g["eagle"]) for g in x["groups"]]
     req = lk.LaterRequest(x["n"], x["local"], x["max_load"], x["max_new"])
     content = lk.StoreContent(
         hit=frozenset(k for k, a in x["keys"].items() if a is lk.Answer.HIT),
         pending=frozenset(k for k, a in x["keys"].items() if a is lk.Answer.HIT_PENDING),
         retry=frozenset(k for k, a in x["keys"].items() if a is lk.Answer.RETRY))
-    return lk.lookup_hit_tokens(groups, req, content, _lookup_parts(r))
+    return lk.lookup_hit_tokens(groups, req, content, release_params.lookup_parts(r))
 
 
 # --- storable chunks ---------------------------------------------------------------
@@ -371,11 +363,11 @@ def _tree_store_jobs(x, ex: Extracted):
                                transfer_jobs=set(), req_context=None)
     rs.storable_chunks = types.MethodType(ex.fns["storable_chunks"], rs)
     rs.advance_stored_idx = types.MethodType(ex.fns["advance_stored_idx"], rs)
-    manager = _Manager(lambda k: lk.Answer.MISS)
+    manager = ManagerStub(lambda k: lk.Answer.MISS)
     counter = itertools.count()
     self = Stub("OffloadingConnectorScheduler",
-        config=config, _req_status={"r": rs}, manager=manager, _connector_stats=_Quiet(),
-        _events_tracker=_Quiet(), _block_id_to_pending_jobs={}, _jobs={},
+        config=config, _req_status={"r": rs}, manager=manager, _connector_stats=Quiet(),
+        _events_tracker=Quiet(), _block_id_to_pending_jobs={}, _jobs={},
         _current_batch_allocated_block_ids=set(), _current_batch_jobs_to_flush=set(),
         _generate_job_id=lambda: next(counter), _touch=lambda rs: None)
     for role, attr in (("offloadable", "_calc_num_offloadable_tokens"),
@@ -422,7 +414,7 @@ def _tree_cursor(x, ex: Extracted):
                                update_num_hit_chunks=lambda n: None)
     self = Stub("OffloadingConnectorScheduler",
         _req_status={"r": rs}, _acquire_step=lambda: None, _lookup=lambda *a: x["hit"],
-        _connector_stats=_Quiet(), _maybe_observe_lookup_async_delay=lambda rs: None,
+        _connector_stats=Quiet(), _maybe_observe_lookup_async_delay=lambda rs: None,
         _touch=lambda rs: None, _reserve_sync_load=lambda *a: False)
     request = Stub("Request", request_id="r", skip_reading_prefix_cache=False)
     ex.fns["get_num_new_matched_tokens"](self, request, 0)

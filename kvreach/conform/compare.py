@@ -136,7 +136,7 @@ def conform(tree: Tree, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
         gap = None
         for i in range(cases):
             x = role.inputs(rnd)
-            stubs._ACTIVE[0] = ex
+            stubs.ACTIVE_TREE[0] = ex
             stubs.reads_missing()
             exc = None
             try:
@@ -144,7 +144,7 @@ def conform(tree: Tree, cases: int = DEFAULT_CASES, seed: int = DEFAULT_SEED,
             except Exception as e:  # noqa: BLE001 (the tree's code is under test)
                 exc, t = e, f"raised {type(e).__name__}: {e}"
             finally:
-                stubs._ACTIVE[0] = None
+                stubs.ACTIVE_TREE[0] = None
             why = _why(exc, stubs.reads_missing())
             if why is None and exc is None and not role.shape(t):
                 why = f"it now returns {type(t).__name__} {t!r:.60} (expected {role.shape_text})"

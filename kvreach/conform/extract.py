@@ -12,26 +12,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kvreach.conform.stubs import _namespace
+from kvreach.conform.stubs import stub_namespace
 
-_SCHED = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
-_CONFIG = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
-_MANAGER = "vllm/v1/core/single_type_kv_cache_manager.py"
-FILES = (_SCHED, _CONFIG, _MANAGER)
+SCHEDULER_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+CONFIG_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py"
+MANAGER_FILE = "vllm/v1/core/single_type_kv_cache_manager.py"
+FILES = (SCHEDULER_FILE, CONFIG_FILE, MANAGER_FILE)
 # Where else a function may have moved to (searched after FILES), and the
 # files the configuration switches are read from (:mod:`.switches`).
-_OFFLOADING_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/"
-_CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
-_VLLM_CONFIG = "vllm/config/vllm.py"
-_KV_UTILS = "vllm/v1/core/kv_cache_utils.py"
-_CACHE_CONFIG = "vllm/config/cache.py"
-_KV_INTERFACE = "vllm/v1/kv_cache_interface.py"
-EXTRA = (_CONNECTOR, _VLLM_CONFIG, _KV_UTILS, _CACHE_CONFIG, _KV_INTERFACE)
+OFFLOADING_DIR = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/"
+CONNECTOR_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py"
+VLLM_CONFIG_FILE = "vllm/config/vllm.py"
+KV_UTILS_FILE = "vllm/v1/core/kv_cache_utils.py"
+CACHE_CONFIG_FILE = "vllm/config/cache.py"
+KV_INTERFACE_FILE = "vllm/v1/kv_cache_interface.py"
+EXTRA = (CONNECTOR_FILE, VLLM_CONFIG_FILE, KV_UTILS_FILE, CACHE_CONFIG_FILE, KV_INTERFACE_FILE)
 
 
 def _wanted(name: str) -> bool:
     return name in FILES or name in EXTRA or (
-        name.startswith(_OFFLOADING_DIR) and name.endswith(".py"))
+        name.startswith(OFFLOADING_DIR) and name.endswith(".py"))
 
 
 class ConformError(Exception):
@@ -67,8 +67,8 @@ class Tree:
                 files = {f: z.read(f).decode("utf-8") for f in z.namelist() if _wanted(f)}
         except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as e:
             raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel file ({e})") from None
-        if _SCHED not in files:
-            raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel (no {_SCHED})")
+        if SCHEDULER_FILE not in files:
+            raise ConformError(f"--vllm-wheel={path}: expected a vLLM wheel (no {SCHEDULER_FILE})")
         return Tree(f"wheel {p.name}", files, wheel_path=p)
 
     @staticmethod
@@ -76,32 +76,32 @@ class Tree:
         p = Path(path)
         if not p.is_dir():
             raise ConformError(f"--vllm-src={path}: expected a vLLM source directory")
-        root = p.parent if p.name == "vllm" and (p / _SCHED[len('vllm/'):]).is_file() else p
-        if not (root / _SCHED).is_file():
-            raise ConformError(f"--vllm-src={path}: expected a vLLM source directory (no {_SCHED})")
+        root = p.parent if p.name == "vllm" and (p / SCHEDULER_FILE[len('vllm/'):]).is_file() else p
+        if not (root / SCHEDULER_FILE).is_file():
+            raise ConformError(f"--vllm-src={path}: expected a vLLM source directory (no {SCHEDULER_FILE})")
         return Tree._from_dir(root, f"source {p}")
 
     @staticmethod
     def _from_dir(root: Path, label: str, installed: bool = False) -> "Tree":
         files = {}
         names = [*FILES, *EXTRA]
-        if (root / _OFFLOADING_DIR).is_dir():
-            names += sorted(str(p.relative_to(root)) for p in (root / _OFFLOADING_DIR).rglob("*.py"))
+        if (root / OFFLOADING_DIR).is_dir():
+            names += sorted(str(p.relative_to(root)) for p in (root / OFFLOADING_DIR).rglob("*.py"))
         for f in dict.fromkeys(names):
             if (root / f).is_file():
                 try:
                     files[f] = (root / f).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError) as e:
                     raise ConformError(f"{label}: {f}: cannot be read ({e})") from None
-        if _SCHED not in files:
-            raise ConformError(f"{label}: expected a vLLM tree (no {_SCHED})")
+        if SCHEDULER_FILE not in files:
+            raise ConformError(f"{label}: expected a vLLM tree (no {SCHEDULER_FILE})")
         return Tree(label, files, root=None if installed else root)
 
     def order(self) -> list[str]:
         """The files a function is looked for in: FILES first, then the
         rest of the offloading package (where a moved function goes)."""
         return [f for f in FILES if f in self.files] + sorted(
-            f for f in self.files if f not in FILES and f.startswith(_OFFLOADING_DIR))
+            f for f in self.files if f not in FILES and f.startswith(OFFLOADING_DIR))
 
     def parsed(self, f: str) -> ast.Module:
         cache = self.__dict__.setdefault("_parsed", {})
@@ -116,7 +116,7 @@ class Tree:
         """(file, def node) of ``qualname`` (``Class.method`` or a function)
         in the first file that defines it (a fresh node each call)."""
         for f in self.order():
-            node = _find_def(ast.parse(self.files[f]), qualname.split("."))
+            node = find_def(ast.parse(self.files[f]), qualname.split("."))
             if node is not None:
                 return f, node
         return None
@@ -127,7 +127,7 @@ class Tree:
         for f in self.order():
             for n in self.parsed(f).body:
                 if isinstance(n, ast.FunctionDef) and n.name == name:
-                    return f, _find_def(ast.parse(self.files[f]), [name])
+                    return f, find_def(ast.parse(self.files[f]), [name])
                 if (isinstance(n, ast.Assign) and len(n.targets) == 1
                         and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name):
                     try:
@@ -138,12 +138,12 @@ class Tree:
         return None
 
 
-def _find_def(tree: ast.AST, path: list[str]) -> ast.FunctionDef | None:
+def find_def(tree: ast.AST, path: list[str]) -> ast.FunctionDef | None:
     for n in getattr(tree, "body", []):
         if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == path[0]:
             if len(path) == 1:
                 return n if isinstance(n, ast.FunctionDef) else None
-            return _find_def(n, path[1:])
+            return find_def(n, path[1:])
     return None
 
 
@@ -244,7 +244,7 @@ ROLES: dict[str, tuple[str, ...]] = {
 
 
 def extract(tree: Tree) -> Extracted:
-    out = Extracted(tree, ns=_namespace())
+    out = Extracted(tree, ns=stub_namespace())
     for role, names in ROLES.items():
         for qn in names:
             hit = tree.find(qn)

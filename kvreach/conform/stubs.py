@@ -74,7 +74,7 @@ class Gap(Exception):
 # ``getattr(x, name, default)``): see :func:`reads_missing`.
 _MISSES: list[str] = []
 # The tree whose class members a stub falls back to (set by compare).
-_ACTIVE: list = [None]
+ACTIVE_TREE: list = [None]
 
 
 class Stub(types.SimpleNamespace):
@@ -92,7 +92,7 @@ class Stub(types.SimpleNamespace):
         if name.startswith("__") or name == "_stub_what":
             raise AttributeError(name)
         what = self.__dict__.get("_stub_what", "?")
-        ex = _ACTIVE[0]
+        ex = ACTIVE_TREE[0]
         if ex is not None:
             member = ex.member(what, name)
             if member is not None:
@@ -113,14 +113,14 @@ def reads_missing() -> list[str]:
     return out
 
 
-class _Quiet:
+class Quiet:
     """Logger, stats, events tracker: every call is accepted and ignored."""
 
     def __getattr__(self, name):
         return lambda *a, **k: None
 
 
-def _namespace() -> dict:
+def stub_namespace() -> dict:
     def round_down(x, m):
         return x // m * m
 
@@ -131,7 +131,7 @@ def _namespace() -> dict:
               SlidingWindowSpec=SlidingWindowSpec, FullAttentionSpec=FullAttentionSpec,
               ChunkedLocalAttentionSpec=ChunkedLocalAttentionSpec, MambaSpec=MambaSpec,
               LookupResult=LookupResult, RequestStatus=RequestStatus, replace=dataclasses.replace,
-              chain=itertools.chain, logger=_Quiet(), _ConnectorMetricName=_Quiet(),
+              chain=itertools.chain, logger=Quiet(), _ConnectorMetricName=Quiet(),
               TransferJobStatus=lambda **k: types.SimpleNamespace(**k),
               TransferJob=lambda **k: types.SimpleNamespace(**k),
               GPULoadStoreSpec=lambda *a, **k: None,
@@ -140,7 +140,7 @@ def _namespace() -> dict:
     return ns
 
 
-class _Manager:
+class ManagerStub:
     """The offload manager: ``lookup`` answers from a table of keys."""
 
     def __init__(self, answer: Callable):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kvreach.conform.extract import _CACHE_CONFIG, _CONNECTOR, _KV_INTERFACE, _SCHED, _VLLM_CONFIG, Tree, _find_def
+from kvreach.conform.extract import CACHE_CONFIG_FILE, CONNECTOR_FILE, KV_INTERFACE_FILE, SCHEDULER_FILE, VLLM_CONFIG_FILE, Tree, find_def
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _class_field_default(tree: Tree, f: str, cls: str, name: str) -> object:
 def _returns_true(tree: Tree, f: str, qualname: str) -> bool | None:
     if f not in tree.files:
         return None
-    node = _find_def(tree.parsed(f), qualname.split("."))
+    node = find_def(tree.parsed(f), qualname.split("."))
     if node is None:
         return None
     rets = [n for n in ast.walk(node) if isinstance(n, ast.Return)]
@@ -86,15 +86,15 @@ def _returns_true(tree: Tree, f: str, qualname: str) -> bool | None:
 
 
 def read(tree: Tree) -> Switches:
-    sched = tree.files.get(_SCHED, "")
-    cfg = tree.files.get(_VLLM_CONFIG, "")
+    sched = tree.files.get(SCHEDULER_FILE, "")
+    cfg = tree.files.get(VLLM_CONFIG_FILE, "")
     return Switches(
         scheduler_reads_lookahead="num_hash_lookahead_tokens" in sched,
         connector_supports_lookahead=_returns_true(
-            tree, _CONNECTOR, "OffloadingConnector.supports_lookahead_block_hashes"),
+            tree, CONNECTOR_FILE, "OffloadingConnector.supports_lookahead_block_hashes"),
         config_consults_connector="supports_lookahead_block_hashes" in cfg,
-        retention_default=_class_field_default(tree, _CACHE_CONFIG, "CacheConfig",
+        retention_default=_class_field_default(tree, CACHE_CONFIG_FILE, "CacheConfig",
                                                "prefix_cache_retention_interval"),
-        extra_retained_default=_class_field_default(tree, _KV_INTERFACE, "SlidingWindowSpec",
+        extra_retained_default=_class_field_default(tree, KV_INTERFACE_FILE, "SlidingWindowSpec",
                                                     "extra_retained_tokens"),
     )

@@ -39,6 +39,10 @@ and it prints one JSON object. ``CASE``:
   ``--same-step``): prefill, preemption, a loaded start, recompute, finish;
   the chunks ``prepare_store`` receives in each incarnation.
 
+The ``--cex`` cases are the obligations whose record says so
+(``Replay.on_releases`` of ``Obligation.vllm_replay``), each run by the
+release replayer of its replay kind (:data:`RELEASE_REPLAYERS`).
+
 Every lookup vLLM makes is also given to kvreach's twin with that release's
 record (``kvreach.releases``: the lookup's window, padded initial window,
 pending handling, EAGLE widening, caps), and the result carries both.
@@ -446,13 +450,27 @@ def restarts(model_dir: str, cex: dict, load_chunks: int | None = None,
     }
 
 
-CEX_CASES = {"hit-preservation": hit_preservation, "no-waste": no_waste,
-             "hit-preservation-neighbours": neighbours, "exactly-once-restarts": restarts}
+# the release replayer of each kind of ``Obligation.vllm_replay``
+# (proofs.framework.REPLAY_KINDS) whose record says ``on_releases``
+RELEASE_REPLAYERS = {"hit-preservation": hit_preservation, "no-waste": no_waste,
+                     "neighbours": neighbours, "restarts": restarts}
+
+
+def cex_kinds() -> dict[str, str]:
+    """Obligation -> the kind of its release replay, from the obligations'
+    records (``Replay.on_releases``): the CASEs that take ``--cex FILE``."""
+    from kvreach.proofs.obligations import ALL
+
+    out = {ob.name: ob.vllm_replay.kind for ob in ALL
+           if ob.vllm_replay is not None and ob.vllm_replay.on_releases}
+    assert set(out.values()) <= set(RELEASE_REPLAYERS), out
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
+    cex_kind = cex_kinds()
     p = argparse.ArgumentParser(prog="python -m kvreach.vllm_harness.release_replay")
-    p.add_argument("case", choices=[*UNCHECKED, *FINISH, *CEX_CASES])
+    p.add_argument("case", choices=[*UNCHECKED, *FINISH, *cex_kind])
     p.add_argument("--cex", help="a counterexample JSON file (kvreach counterexample --json)")
     p.add_argument("--missing", help="JSON list of [group, chunk] missing from the store")
     p.add_argument("--decode", type=int)
@@ -485,12 +503,13 @@ def main(argv: list[str] | None = None) -> int:
                 cex = json.load(f)
             cex = cex.get("counterexample", cex)
             try:
-                if a.case == "no-waste":
+                kind = cex_kind[a.case]
+                if kind == "no-waste":
                     out = no_waste(model, cex, a.dense)
-                elif a.case == "exactly-once-restarts":
+                elif kind == "restarts":
                     out = restarts(model, cex, a.load_chunks, not a.same_step)
                 else:
-                    out = CEX_CASES[a.case](model, cex)
+                    out = RELEASE_REPLAYERS[kind](model, cex)
             except ValueError as e:  # a counterexample this replay cannot run
                 print(f"--cex: {e}", file=sys.stderr)
                 return 2

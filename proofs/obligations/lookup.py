@@ -23,7 +23,8 @@ from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
     SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
 )
-from kvreach.proofs.decode import lost_hit_chunks, unloaded_kept_chunk
+from kvreach.proofs.decode import (OFFLOADABLE_TOKENS, decode_no_waste, lost_hit_chunks,
+                                   unloaded_kept_chunk)
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
 from kvreach.proofs.geometries import Geometry, family, family_text, worked_text
@@ -118,7 +119,7 @@ def _no_waste(ctx: Ctx):
     from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
 
     s, c, H = ctx.s, ctx.c, ctx.final_horizon_chunks
-    off = z3.Int("offloadable_tokens")
+    off = z3.Int(OFFLOADABLE_TOKENS)
     kept = lambda x: z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))  # noqa: E731
     b1 = (c * s.C / s.A + 1) * s.A
     b0 = c * s.C / s.A * s.A
@@ -368,7 +369,7 @@ HIT_PRESERVATION = Obligation(
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
+    vllm_replay=Replay("hit-preservation", on_releases=True), trace_witness=lost_hit_chunks,
 )
 NO_WASTE = Obligation(
     "no-waste",
@@ -377,11 +378,11 @@ NO_WASTE = Obligation(
     "request world); a counterexample is confirmed by trying every later "
     "request that shares a prefix.",
     "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(None),
-    queries=_no_waste, model_specific=False, grid=_GRID,
+    queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
-    vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
+    vllm_replay=Replay("no-waste", on_releases=True), witness=unloaded_kept_chunk,
 )
 LOOKUP_PREFIX_SCAN = Obligation(
     "lookup-prefix-scan",
@@ -434,7 +435,7 @@ NO_WASTE_READ_WINDOW = Obligation(
     "no-waste (single-request world) with the witness later requests looking "
     "up under the lookup variant 'read-window'.",
     "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(READ_WINDOW),
-    queries=_no_waste, model_specific=False, grid=_GRID,
+    queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
@@ -526,7 +527,8 @@ def _load_reads_checked(ctx: Ctx):
     EAGLE flag, window, extra, full-attention block); the store
     configuration's other parameters play no part, so its alignment need not
     be one the store side's scope admits (the 0.29.0 case's full block 2
-    under an SWA block 4). Records the decoder (``ctx.decode``)."""
+    under an SWA block 4). Decoded by :func:`decode_load_reads_checked`
+    (the record's ``cex_decoder``)."""
     lk, t, full, swa = _load_lookup(ctx)
     s, c = ctx.s, z3.Int("lrc_unchecked_chunk")
     K = LOAD_CHECKED_BOUND_KEYS  # bounded_keys unrolls chunk indices 0 .. K - 1 of each group
@@ -536,7 +538,6 @@ def _load_reads_checked(ctx: Ctx):
     unchecked = z3.Or(
         z3.And(t.swa_loaded[0] <= c, c < t.swa_loaded[1], z3.Not(swa(c))),
         z3.And(t.full_loaded[0] <= c, c < t.full_loaded[1], z3.Not(full(c))))
-    ctx.decode = lambda m, ctx: decode_load_reads_checked(m, ctx)  # decode.decode_static calls it
     return [flat_query(Query(prem, unchecked))]
 
 
@@ -641,7 +642,8 @@ LOAD_READS_CHECKED = Obligation(
            f"grid's {len(_geometries_of_the_lookup())} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
-    queries=_load_reads_checked, rule_specific=False, model_specific=False,
+    queries=_load_reads_checked, cex_decoder=decode_load_reads_checked,
+    rule_specific=False, model_specific=False,
     grid=_GRID_LOAD, split=False, replayable=_plain_later_request,
     witness=replay_load_reads_checked, bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
     reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()

@@ -203,7 +203,7 @@ EXACTLY_ONCE_RESTARTS = world_vllm(
     step_violation=once_step, bmc_violation=once_bmc, invariant=running,
     bmc_depths=(5,), mutant=mutants.RECONSIDER_RESUBMITS,
     named_shapes=_replayed_shapes,
-    vllm_replay=Replay("restarts", "offered_again"), trace_witness=_submitted_twice,
+    vllm_replay=Replay("restarts", "offered_again", on_releases=True), trace_witness=_submitted_twice,
     # named: 13.7 M -> 1.5 M units (vllm-0.33); the counterexample search
     # 4.1 M -> 0.52 M (vllm-0.29), 6.5 M -> 1.1 M (0.30.0-0.32.0), 5.4 M ->
     # 0.55 M (vllm-0.33), 5.7 M -> 0.19 M (lookup-window) per search, its
