@@ -42,9 +42,9 @@ def prove(
         "--no-cache", help="solve every query, ignoring the result cache of unchanged "
                            "queries (the cache is also off when CI=true)")] = False,
     deep: Annotated[bool, typer.Option(
-        "--deep", help="also run the deep rows: hit-preservation-neighbours and "
-                       "hit-preserving-wastes over the block-shape family, lookup-monotone "
-                       "(docs/proofs-cost.md; without it they run only when named by "
+        "--deep", help="also run the deep rows (over the block-shape family): "
+                       + ", ".join(n for n, ob in OBLIGATIONS.items() if ob.deep)
+                       + " (docs/proofs-cost.md; without it they run only when named by "
                        "--obligation)")] = False,
 ) -> None:
     """Run the proof obligations with Z3; exit 0 only if every row is as expected."""

@@ -317,6 +317,11 @@ def _geometries_no_eagle_no_retention():
 # (docs/proofs-cost.md), and the static rows were not measured in time.
 _GRID = _geometries()
 _GRID_LOOKUP = _geometries_of_the_lookup()
+# lookup-run-stored and lookup-monotone: the worked geometries the lookup
+# tells apart and every member of the block-shape family (the lookup does not
+# see the retention interval: the members' is pinned to none); deep rows
+# (docs/proofs-cost.md)
+_GRID_LOOKUP_FAMILY = _GRID_LOOKUP + family(retention="none")
 # hit-preserving-wastes: the members with a full-attention chunk longer than
 # the SWA chunk (the alignment more than one SWA chunk, as in the worked
 # geometries); with the alignment one chunk (full block = SWA block) its
@@ -330,8 +335,8 @@ _GRID_ALIGNED = _geometries_no_eagle_no_retention()
 
 
 _GRID_TEXT = "geometry fixed to each of the grid (proofs/geometries.py)"
-_GRID_LOOKUP_TEXT = (f"geometry fixed to each of the grid's {len(_GRID_LOOKUP)} without a "
-                     "retention interval (proofs/geometries.py")
+_GRID_LOOKUP_TEXT = ("geometry: " + worked_text(_GRID_LOOKUP, " without a retention interval")
+                     + family_text(", EAGLE (the lookup does not see the retention interval)"))
 _GRID_W1_TEXT = (worked_text(_geometries_window_one_past_chunks(),
                          " where W - 1 is a multiple of the SWA chunk")
                  + family_text("; only the members whose full-attention block is larger than "
@@ -355,7 +360,7 @@ def _run_stored_scope(variant: str) -> str:
     return (f"bounded: later requests of at most {RUN_STORED_BOUND_CHUNKS} SWA chunks (any "
             "length up to that, GPU-local hit, max_load_tokens), the dense store any prefix of "
             "SWA chunks, the rule's any subset of it, the full-attention answers any (the same "
-            f"for both); {_GRID_LOOKUP_TEXT}); lookup variant {variant}; one pass of "
+            f"for both); {_GRID_LOOKUP_TEXT}; lookup variant {variant}; one pass of "
             "_lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE)
 
 
@@ -454,8 +459,10 @@ def _run_stored(name: str, variant: str, which: str) -> Obligation:
         f"to; for {which}.",
         "static", mutant=mutants.VERIFIED_RUN_ONE_SHORT, scope=_run_stored_scope(variant),
         queries=_lookup_run_stored, rule_specific=False, model_specific=False,
-        grid=_GRID_LOOKUP, split=False, lookup_variant=variant,
+        grid=_GRID_LOOKUP_FAMILY, split=False, lookup_variant=variant,
         bounds={"swa_chunks": RUN_STORED_BOUND_CHUNKS}, reads=LOOKUP_PARTS,
+        # over the block-shape family: about 100 M units per row (docs/proofs-cost.md)
+        deep=True,
     )
 
 
@@ -486,11 +493,11 @@ LOOKUP_MONOTONE = Obligation(
     scope=(f"bounded: later requests of at most {MONOTONE_BOUND_CHUNKS} SWA chunks "
            "(any length up to that, GPU-local hit, max_load_tokens), every HIT / MISS "
            f"answer per key and every superset of them (uninterpreted); {_GRID_LOOKUP_TEXT}; "
-           "the lookup does not see the interval); both lookup variants; one pass "
+           "both lookup variants; one pass "
            "of _lookup_complete_chunks (one full-attention, one SWA group)"
            + SCOPE_FULL_NOT_EAGLE),
     queries=_lookup_monotone, rule_specific=False, model_specific=False,
-    grid=_GRID_LOOKUP, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
+    grid=_GRID_LOOKUP_FAMILY, split=False, bounds={"swa_chunks": MONOTONE_BOUND_CHUNKS},
     reads=LOOKUP_PARTS,
     # 38.9 M units over its 4 rows: with 0.34.0's soundness rows (L symbolic)
     # the default run was 329.6 M, over its 320 M budget (docs/proofs-cost.md)
