@@ -270,7 +270,8 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
                   local_hit_tokens: int, max_load_tokens: int | None,
                   full_chunks: Iterable[int], swa_chunks: Iterable[int],
                   lookup_variant: str = "vllm-0.33", release=None,
-                  full_eagle: bool | None = None) -> dict:
+                  full_eagle: bool | None = None,
+                  hash_lookahead_tokens: int | None = None) -> dict:
     """``spec.lookup.lookup`` pinned to one configuration, one later request
     and one store content (the chunks of each group the manager answers HIT
     for: sets, or two counts for "exactly the chunks below"):
@@ -279,12 +280,15 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
     every range fits it. ``lookup_variant``: ``spec.lookup.LOOKUP_VARIANTS``;
     ``release``: the ``kvreach.releases.Release`` whose parts apply (None:
     the default, 0.33.0); ``full_eagle``: the full-attention group's EAGLE
-    flag (None: the spec's default, not an EAGLE group)."""
+    flag (None: the spec's default, not an EAGLE group);
+    ``hash_lookahead_tokens``: vLLM 0.34.0's L (None: the spec's lookup
+    without the term, legacy hashes)."""
     from kvreach.releases import DEFAULT
     from kvreach.spec import lookup as lk
 
     s = lk.LookupSym.fresh("evl_", lookup_variant, release or DEFAULT,
-                           full_eagle=full_eagle is not None)
+                           full_eagle=full_eagle is not None,
+                           lookahead=hash_lookahead_tokens is not None)
     pins = z3.And(
         s.well_formed(), s.has_full == (full_block_tokens is not None),
         s.full_block_tokens == (full_block_tokens or 1), s.B == swa_block_tokens,
@@ -292,6 +296,7 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
         s.eagle == eagle, s.num_tokens == num_tokens, s.local_hit_tokens == local_hit_tokens,
         s.has_max_load == (max_load_tokens is not None), s.max_load_tokens == (max_load_tokens or 0),
         *([] if s.full_eagle is None else [s.full_eagle == bool(full_eagle)]),
+        *([] if s.L is None else [s.L == hash_lookahead_tokens]),
     )
     ev = Pinned(pins, "lookup configuration")
     if isinstance(full_chunks, int) and isinstance(swa_chunks, int):
