@@ -389,11 +389,11 @@ def render(transitions: Sequence[lc.TransitionDef] | None = None) -> str:
             continue
         src, tgt = e.sources[0], e.targets[0]
         if len(e.sources) > 1:
-            src = f"{e.name}_from"
+            src = f"{e.name.replace('-', '_')}_from"  # a Mermaid state id
             out.append(f"    state {src} <<choice>>")
             out += [f"    {s} --> {src}" for s in e.sources]
         if len(e.targets) > 1:
-            tgt = f"{e.name}_to"
+            tgt = f"{e.name.replace('-', '_')}_to"
             out.append(f"    state {tgt} <<choice>>")
         out.append(f"    {src} --> {tgt} : {e.label}")
         if len(e.targets) > 1:
