@@ -29,10 +29,11 @@ docs/lifecycle.md): a change in the table changes both.
   ``RequestOffloadState.load_failed`` (the ghost ``State.load_failed``):
   every later lookup of the request answers 0, so no later start loads
   from the offload tier (``loaded`` is disabled); under
-  ``kv_load_failure_policy="recompute"`` the step is
-  ``Scheduler._handle_failed_recving``'s (``num_computed_tokens = 0``, the
-  request waits for its next lookup), under ``"fail"`` it is an ``error``
-  step (below).
+  ``kv_load_failure_policy="recompute"`` a request waiting for its
+  asynchronous load gets ``num_computed_tokens = 0``
+  (``Scheduler._handle_failed_recving``; it waits for its next lookup), a
+  synchronous load's request keeps its frontier; under ``"fail"`` the
+  asynchronous case is an ``error`` step (below).
 - ``error`` (world "vllm"): ``FINISHED_ERROR`` at any point (a grammar or
   encoder error, or from 0.34.0 a failed offload load under
   ``kv_load_failure_policy="fail"``), before the prompt is computed too; the
@@ -314,15 +315,17 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
     ),
     TransitionDef(
         # the worker reports a load job of the request failed: load_failed
-        # (every later lookup answers 0); kv_load_failure_policy="recompute":
-        # Scheduler._handle_failed_recving sets num_computed_tokens = 0 and the
-        # request waits for its next lookup ("fail": an error step). Enabled at
-        # any point (vLLM reports one only after a start that loads: an
-        # over-approximation)
+        # (every later lookup answers 0). sched is num_computed_tokens after
+        # it: 0 for a request waiting for its asynchronous load under
+        # kv_load_failure_policy="recompute" (Scheduler._handle_failed_recving;
+        # the request waits for its next lookup; "fail": an error step), the
+        # frontier as it was for a synchronous load (a running request, which
+        # _handle_failed_recving leaves). Enabled at any point (vLLM reports
+        # one only after a start that loads: an over-approximation)
         K_LOAD_FAILED, "load-failed", _CONN, "OffloadingConnectorScheduler.update_connector_output",
-        sched=0,
-        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
-        new_f=lambda s, pre, sched: z3.IntVal(0),
+        sched=None,
+        guard=lambda s, pre, sched, budget: z3.Or(sched == 0, sched == pre.f),
+        new_f=lambda s, pre, sched: sched,
         tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
         num_tokens=lambda s, pre: num_tokens(s, pre.f),
         status="WAITING", ends=False, stores=False,

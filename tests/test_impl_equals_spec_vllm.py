@@ -80,6 +80,8 @@ def plans(draw, rule, g, r, release=DEFAULT, restarts: bool = False, null_blocks
             s = draw(st.integers(1 if k == "loaded" else 0, hi))
         elif k in ("decode", "decode-async"):
             s = 1
+        elif k == "load-failed":  # an asynchronous load's (0) or a synchronous one's (f)
+            s = draw(st.sampled_from([0, f]))
         quiet = k in ("preempt", "lookup", "start", "loaded", "store-failed",
                       "load-failed")  # no prepare_store call
         fields = [k, s, "accept" if quiet else draw(st.sampled_from(OUTCOMES)),
@@ -211,20 +213,24 @@ def test_failed_transfers_on_both_sides():
     r = RequestConfig(ex.prompt, None, True)
     v34, v33 = releases.V0_34_0, releases.V0_33_0
     plan = [VllmStep("prefill", ex.budget), VllmStep("store-failed"),
-            VllmStep("prefill", ex.prompt - ex.budget), VllmStep("load-failed"),
+            VllmStep("prefill", ex.prompt - ex.budget), VllmStep("load-failed", ex.prompt),
+            VllmStep("load-failed"),
             VllmStep("lookup"), VllmStep("start", 72), VllmStep("abort")]
     steps = run_vllm("vllm-0.33", g, r, plan, v34)
     assert steps[1].f_after == ex.budget and steps[1].cursor_after == steps[0].cursor_after
     assert not set(steps[2].offered) & set(steps[0].submitted)  # not offered again
-    assert steps[3].f_after == 0 and steps[3].cursor_after == steps[2].cursor_after
-    assert [x.load_failed for x in steps] == [False, False, False, True, True, True, True]
+    assert steps[3].f_after == ex.prompt and steps[3].cursor_after == steps[2].cursor_after
+    assert steps[4].f_after == 0 and steps[4].cursor_after == steps[2].cursor_after
+    assert [x.load_failed for x in steps] == [False, False, False, True, True, True, True, True]
     chk, before = Checker("vllm-0.33", g, r), False
     for x in steps:
         assert chk.check(x.step, x.f_before, x.cursor_before, x.f_after, x.cursor_after,
                          set(x.offered), set(x.submitted), (before, x.load_failed)) is None, x
         before = x.load_failed
     with pytest.raises(ParamError, match="after a failed load"):
-        run_vllm("vllm-0.33", g, r, plan[:5] + [VllmStep("loaded", 72)], v34)
+        run_vllm("vllm-0.33", g, r, plan[:6] + [VllmStep("loaded", 72)], v34)
+    with pytest.raises(ParamError, match="0 or as it was"):
+        run_vllm("vllm-0.33", g, r, [VllmStep("prefill", 10), VllmStep("load-failed", 5)], v34)
     why = chk.check(VllmStep("loaded", 72), 0, 0, 72, 18, set(), set(), (True, True))
     assert why is not None and why.startswith("(A)")
     assert chk.check(VllmStep("loaded", 72), 0, 0, 72, 18, set(), set(), (False, False)) is None
