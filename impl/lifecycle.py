@@ -292,7 +292,7 @@ _STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort",
 _QUIET = ("preempt", "lookup", "start", "loaded")
 # the worker reports a transfer job of the request failed (vLLM 0.34.0's
 # failed transfers, Release.failed_transfers; no prepare_store call)
-_FAILURES = ("store-failed", "load-failed")
+_FAILURES = ("store-failed", "load-failed", "load-recompute")
 
 
 @dataclass(frozen=True)
@@ -391,11 +391,10 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     assigns the loaded chunks whatever the cursor was. With
     ``failed_transfers`` (0.34.0): ``store-failed`` changes nothing of the
     request (its chunks stay submitted, the cursor past them),
-    ``load-failed`` sets the frontier to its ``scheduled_tokens``, 0 (an
-    asynchronous load under ``kv_load_failure_policy="recompute"``) or the
-    frontier as it was (a synchronous load), and keeps the cursor; after it
-    (``load_failed``: :func:`load_failed_after` of the steps before) no
-    start loads."""
+    ``load-failed`` neither (``load_failed``: :func:`load_failed_after` of
+    the steps before; after it no start loads), ``load-recompute`` (only
+    after it, ``kv_load_failure_policy="recompute"``) sets the frontier to
+    0 and keeps the cursor."""
     P, s, k = req.prompt_tokens, st.scheduled_tokens, st.kind
     reset = release.cursor_on_lookup == "reset to 0"
 
@@ -408,9 +407,9 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     if k in _FAILURES:
         need(release.failed_transfers, f"a failed transfer of a release that has them "
              f"(vLLM {release.name} has none)")
-        if k == "load-failed":  # the frontier after it: 0 (an asynchronous load) or as it was
-            need(s in (0, f), "a failed load leaving num_computed_tokens 0 or as it was")
-            return s, cursor, (), (), False
+        if k == "load-recompute":  # Scheduler._handle_failed_recving, recompute policy
+            need(load_failed, "a recompute after a failed load")
+            return 0, cursor, (), (), False
         return f, cursor, (), (), False
     if k == "loaded" and load_failed:
         need(False, "a loaded start after a failed load (every later lookup answers 0)")

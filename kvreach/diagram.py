@@ -65,7 +65,8 @@ class Symbols:
     @staticmethod
     def make() -> "Symbols":
         s = dataclasses.replace(SymConfig.fresh("diagram_"), P=z3.Int("P"))
-        pre = lc.State(z3.Int("f"), z3.Int("cursor"), z3.Bool("stored"), z3.Bool("ended"))
+        pre = lc.State(z3.Int("f"), z3.Int("cursor"), z3.Bool("stored"), z3.Bool("ended"),
+                       load_failed=z3.Bool("load_failed"))  # the failed-load ghost (0.34.0)
         return Symbols(s, pre, z3.Int("sched"), z3.Int("budget"))
 
     def assumptions(self) -> list:

@@ -82,9 +82,10 @@ SCOPE_LOOKAHEAD_SYMBOLIC = (
 SCOPE_WORLD_VLLM_034 = (
     "; 0.34.0's shared-prefix junction on lookup within shared_prefix_boundary's any value; "
     "its failed transfers as steps: store-failed (the job dropped, its chunks submitted, the "
-    "cursor past them), load-failed (kv_load_failure_policy recompute: num_computed_tokens 0, "
-    "load_failed set; enabled at any point, over-approximating the load it follows; policy "
-    "fail: an error step) and no loaded start after a failed load"
+    "cursor past them), load-failed (load_failed set, the frontier kept; enabled at any point, "
+    "over-approximating the load it follows), load-recompute after it (kv_load_failure_policy "
+    "recompute: num_computed_tokens 0; policy fail: an error step) and no loaded start after "
+    "a failed load"
 )
 
 

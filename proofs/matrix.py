@@ -31,7 +31,7 @@ LOOKUP_PARTS = frozenset({
 })
 # World "vllm" (``spec.lifecycle``: the cursor on a lookup, the null-block
 # filter, the error finish's cap by the computed tokens, and 0.34.0's failed
-# transfers: the steps store-failed and load-failed, the load_failed ghost
+# transfers: the steps store-failed, load-failed and load-recompute, the load_failed ghost
 # that disables a loaded start). 0.34.0's ``junction_on_lookup`` changes no
 # world-"vllm" query: ``shared_prefix_boundary`` is already any value at
 # every step.

@@ -20,7 +20,7 @@ docs/lifecycle.md): a change in the table changes both.
   sampled token is never fed); tokens per ``finish_tokens``;
 - ``abort``: ``FINISHED_ABORTED`` at any point; the store side reads
   ``num_computed_tokens = f``.
-- ``store-failed``, ``load-failed`` (world "vllm", a release with
+- ``store-failed``, ``load-failed``, ``load-recompute`` (world "vllm", a release with
   ``failed_transfers``, 0.34.0): the worker reports a transfer job of the
   request failed (``_update_connector_output``, ``TransferJob.failed``). A
   failed store job is dropped (``complete_store(success=False)``): its
@@ -29,11 +29,12 @@ docs/lifecycle.md): a change in the table changes both.
   ``RequestOffloadState.load_failed`` (the ghost ``State.load_failed``):
   every later lookup of the request answers 0, so no later start loads
   from the offload tier (``loaded`` is disabled); under
-  ``kv_load_failure_policy="recompute"`` a request waiting for its
-  asynchronous load gets ``num_computed_tokens = 0``
-  (``Scheduler._handle_failed_recving``; it waits for its next lookup), a
-  synchronous load's request keeps its frontier; under ``"fail"`` the
-  asynchronous case is an ``error`` step (below).
+  the frontier as it was (a synchronous load's request runs on); then, for
+  a request waiting for its asynchronous load, ``load-recompute`` under
+  ``kv_load_failure_policy="recompute"`` (``Scheduler._handle_failed_recving``:
+  ``num_computed_tokens = 0``, the request waits for its next lookup;
+  enabled only after a failed load) or an ``error`` step under ``"fail"``
+  (below).
 - ``error`` (world "vllm"): ``FINISHED_ERROR`` at any point (a grammar or
   encoder error, or from 0.34.0 a failed offload load under
   ``kv_load_failure_policy="fail"``), before the prompt is computed too; the
@@ -76,8 +77,9 @@ K_DECODE_ASYNC = 9
 K_ERROR = 10
 # The worker reports a store job / a load job of the request failed
 # (vLLM 0.34.0's failed transfers: Release.failed_transfers).
-K_STORE_FAILED, K_LOAD_FAILED = 11, 12
-FAILURE_KINDS = (K_STORE_FAILED, K_LOAD_FAILED)
+# Scheduler._handle_failed_recving under kv_load_failure_policy="recompute".
+K_STORE_FAILED, K_LOAD_FAILED, K_LOAD_RECOMPUTE = 11, 12, 13
+FAILURE_KINDS = (K_STORE_FAILED, K_LOAD_FAILED, K_LOAD_RECOMPUTE)
 # The manager's answer to prepare_store (world "vllm"): every key accepted,
 # some keys (PARTIAL; de-duplication or capacity), or None (REFUSED).
 O_ACCEPT, O_PARTIAL, O_REFUSED = range(3)
@@ -315,17 +317,27 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
     ),
     TransitionDef(
         # the worker reports a load job of the request failed: load_failed
-        # (every later lookup answers 0). sched is num_computed_tokens after
-        # it: 0 for a request waiting for its asynchronous load under
-        # kv_load_failure_policy="recompute" (Scheduler._handle_failed_recving;
-        # the request waits for its next lookup; "fail": an error step), the
-        # frontier as it was for a synchronous load (a running request, which
-        # _handle_failed_recving leaves). Enabled at any point (vLLM reports
+        # (every later lookup answers 0); the request's frontier as it was (a
+        # synchronous load's request runs on; an asynchronous one's is reset
+        # by load-recompute, or finished by an error step under
+        # kv_load_failure_policy="fail"). Enabled at any point (vLLM reports
         # one only after a start that loads: an over-approximation)
         K_LOAD_FAILED, "load-failed", _CONN, "OffloadingConnectorScheduler.update_connector_output",
-        sched=None,
-        guard=lambda s, pre, sched, budget: z3.Or(sched == 0, sched == pre.f),
-        new_f=lambda s, pre, sched: sched,
+        sched=0,
+        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
+        new_f=lambda s, pre, sched: pre.f,
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="RUNNING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: pre.cursor,
+    ),
+    TransitionDef(
+        # kv_load_failure_policy="recompute": a request waiting for its failed
+        # asynchronous load gets num_computed_tokens = 0 and waits for its next
+        # lookup (Scheduler._handle_failed_recving); only after a failed load
+        K_LOAD_RECOMPUTE, "load-recompute", _SCHED, "Scheduler._handle_failed_recving", sched=0,
+        guard=lambda s, pre, sched, budget: pre.load_failed,
+        new_f=lambda s, pre, sched: z3.IntVal(0),
         tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
         num_tokens=lambda s, pre: num_tokens(s, pre.f),
         status="WAITING", ends=False, stores=False,
@@ -369,8 +381,8 @@ def table(world: str = "single", release: Release = DEFAULT_RELEASE) -> tuple[Tr
     (``Release.cursor_on_lookup``), ``_build_store_jobs``'s finished
     request (``Release.finish_computed_clamp``, read by ``error``) and the
     failed transfers (``Release.failed_transfers``: ``store-failed``,
-    ``load-failed``, and ``loaded`` disabled after a failed load; the other
-    releases' table has neither kind); :data:`TRANSITIONS` is 0.33.0's with
+    ``load-failed``, ``load-recompute``, and ``loaded`` disabled after a
+    failed load; the other releases' table has none of them); :data:`TRANSITIONS` is 0.33.0's with
     the failure kinds."""
     if world == "vllm":
         if release.cursor_on_lookup not in CURSOR_ON_LOOKUP:

@@ -62,7 +62,7 @@ def plans(draw, rule, g, r, release=DEFAULT, restarts: bool = False, null_blocks
         if f >= P:
             kinds += ["decode", "decode-async", "finish"]
         if release.failed_transfers:  # the worker reports a failed store / load job
-            kinds += ["store-failed", "load-failed"]
+            kinds += ["store-failed", "load-failed"] + (["load-recompute"] if load_failed else [])
         if f == 0:
             kinds.append("lookup")
             if cursor == 0 or not reset:
@@ -80,10 +80,8 @@ def plans(draw, rule, g, r, release=DEFAULT, restarts: bool = False, null_blocks
             s = draw(st.integers(1 if k == "loaded" else 0, hi))
         elif k in ("decode", "decode-async"):
             s = 1
-        elif k == "load-failed":  # an asynchronous load's (0) or a synchronous one's (f)
-            s = draw(st.sampled_from([0, f]))
         quiet = k in ("preempt", "lookup", "start", "loaded", "store-failed",
-                      "load-failed")  # no prepare_store call
+                      "load-failed", "load-recompute")  # no prepare_store call
         fields = [k, s, "accept" if quiet else draw(st.sampled_from(OUTCOMES)),
                   draw(chunks), draw(chunks),
                   draw(st.sampled_from([0, 0, P // 2 + 1, P + 3])),
@@ -200,8 +198,9 @@ def test_failed_transfers_on_both_sides():
     """vLLM 0.34.0's failed transfers, by hand, on both sides: a failed
     store changes nothing of the request (its chunks stay submitted, the
     cursor past them, so the next step of the incarnation does not offer
-    them again); a failed load (``kv_load_failure_policy="recompute"``)
-    sets the frontier to 0, and after it no start loads (impl refuses the
+    them again); a failed load keeps the frontier and, under
+    ``kv_load_failure_policy="recompute"``, the reset after it sets it to 0;
+    after it no start loads (impl refuses the
     plan, the spec has no such transition) while a start with a GPU-local
     hit, or none, still runs; 0.33.0 has neither kind on either side."""
     from kvreach import releases
@@ -213,8 +212,8 @@ def test_failed_transfers_on_both_sides():
     r = RequestConfig(ex.prompt, None, True)
     v34, v33 = releases.V0_34_0, releases.V0_33_0
     plan = [VllmStep("prefill", ex.budget), VllmStep("store-failed"),
-            VllmStep("prefill", ex.prompt - ex.budget), VllmStep("load-failed", ex.prompt),
-            VllmStep("load-failed"),
+            VllmStep("prefill", ex.prompt - ex.budget), VllmStep("load-failed"),
+            VllmStep("load-recompute"),
             VllmStep("lookup"), VllmStep("start", 72), VllmStep("abort")]
     steps = run_vllm("vllm-0.33", g, r, plan, v34)
     assert steps[1].f_after == ex.budget and steps[1].cursor_after == steps[0].cursor_after
@@ -229,12 +228,14 @@ def test_failed_transfers_on_both_sides():
         before = x.load_failed
     with pytest.raises(ParamError, match="after a failed load"):
         run_vllm("vllm-0.33", g, r, plan[:6] + [VllmStep("loaded", 72)], v34)
-    with pytest.raises(ParamError, match="0 or as it was"):
-        run_vllm("vllm-0.33", g, r, [VllmStep("prefill", 10), VllmStep("load-failed", 5)], v34)
+    with pytest.raises(ParamError, match="recompute after a failed load"):
+        run_vllm("vllm-0.33", g, r, [VllmStep("prefill", 10), VllmStep("load-recompute")], v34)
+    why = chk.check(VllmStep("load-recompute"), 10, 0, 0, 0, set(), set(), (False, False))
+    assert why is not None and why.startswith("(A)")
     why = chk.check(VllmStep("loaded", 72), 0, 0, 72, 18, set(), set(), (True, True))
     assert why is not None and why.startswith("(A)")
     assert chk.check(VllmStep("loaded", 72), 0, 0, 72, 18, set(), set(), (False, False)) is None
-    for kind in ("store-failed", "load-failed"):
+    for kind in ("store-failed", "load-failed", "load-recompute"):
         with pytest.raises(ParamError, match="failed transfer"):
             run_vllm("vllm-0.33", g, r, [VllmStep("prefill", 10), VllmStep(kind)], v33)
         old = StepChecker(g, r, "vllm-0.33", BUDGET, release=v33)

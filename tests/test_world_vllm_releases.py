@@ -52,8 +52,9 @@ def test_the_default_release_is_the_table():
     """0.33.0's world-"vllm" table is TRANSITIONS' entries themselves
     without the failed transfers (so its queries are the ones built before
     releases were parameters); the kept cursor changes exactly the lookup
-    and the two starts; 0.34.0's failed transfers add store-failed and
-    load-failed and change the loaded start (not after a failed load)."""
+    and the two starts; 0.34.0's failed transfers add store-failed,
+    load-failed and load-recompute and change the loaded start (not after a
+    failed load)."""
     base = tuple(t for t in lc.TRANSITIONS if t.kind not in lc.FAILURE_KINDS)
     reset = lc.table("vllm", RESET)
     assert len(reset) == len(base) and all(t is u for t, u in zip(base, reset))
@@ -65,7 +66,7 @@ def test_the_default_release_is_the_table():
     assert {t.name for t, u in zip(lc.TRANSITIONS, clamped) if t is not u} == {"error"}
     failing = lc.table("vllm", CLAMPED)
     assert {t.name for t, u in zip(lc.TRANSITIONS, failing) if t is not u} == {"error", "loaded"}
-    assert [t.name for t in failing][-2:] == ["store-failed", "load-failed"]
+    assert [t.name for t in failing][-3:] == ["store-failed", "load-failed", "load-recompute"]
     with pytest.raises(ValueError, match="cursor_on_lookup"):
         lc.table("vllm", dataclasses.replace(RESET, cursor_on_lookup="halved"))
 

@@ -256,9 +256,10 @@ class Recorder:
         ``conform_run._inject_failures``). After ``update_from_output`` each
         request with a failed job gets a ``store-failed`` / ``load-failed``
         step per SWA group, its pre-state observed before the update and its
-        post-state after (a load's ``sched``: ``num_computed_tokens`` after),
-        except a failed load whose request the update finished (``"fail"``
-        policy: its ``error`` step is the next store step's)."""
+        post-state after; a failed load whose request the update reset
+        (``"recompute"``) a ``load-failed`` step then ``load-recompute``, one
+        the update finished (``"fail"``) none (its ``error`` step is the next
+        store step's)."""
         run, off, rec = self.run, self.off, self
         real = run._update
 
@@ -295,9 +296,15 @@ class Recorder:
                     continue
                 f1 = req.num_computed_tokens
                 for gi in rec.swa:
-                    rec._emit(rid, gi, Step(kind, f1 if kind == "load-failed" else 0,
-                                            (f0, cur[gi]), (f1, rec._cursor(st, gi)),
-                                            note=f"status={req.status.name}"))
+                    c1 = rec._cursor(st, gi)
+                    if f1 == f0:
+                        rec._emit(rid, gi, Step(kind, 0, (f0, cur[gi]), (f1, c1),
+                                                note=f"status={req.status.name}"))
+                    else:  # the report, then _handle_failed_recving's reset (recompute)
+                        rec._emit(rid, gi, Step(kind, 0, (f0, cur[gi]), (f0, c1),
+                                                note="the worker's report"))
+                        rec._emit(rid, gi, Step("load-recompute", 0, (f0, c1), (f1, c1),
+                                                note=f"status={req.status.name}"))
 
         run._update = update
 
