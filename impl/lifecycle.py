@@ -290,6 +290,9 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle, *,
 OUTCOMES = ("accept", "partial", "refused")  # prepare_store: every key, some, None
 _STORING = ("prefill", "decode", "decode-async", "recompute", "finish", "abort", "error")
 _QUIET = ("preempt", "lookup", "start", "loaded")
+# the worker reports a transfer job of the request failed (vLLM 0.34.0's
+# failed transfers, Release.failed_transfers; no prepare_store call)
+_FAILURES = ("store-failed", "load-failed", "load-recompute")
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,14 @@ class VllmStepResult:
     cursor_after: int
     offered: tuple[int, ...] = ()
     submitted: tuple[int, ...] = ()
+    load_failed: bool = False  # after the step: a load of the request failed
+
+
+def load_failed_after(kind: str, load_failed: bool) -> bool:
+    """``RequestOffloadState.load_failed`` after a step of ``kind``: set by
+    a failed load job (``load-failed``), never cleared (every later lookup
+    of the request answers 0, after a preemption too)."""
+    return load_failed or kind == "load-failed"
 
 
 def _num_tokens(req: RequestConfig, f: int) -> int:
@@ -369,7 +380,7 @@ def offered_chunks(rule: str, release: Release, g: GroupConfig, w: StoreStep, nu
 
 
 def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int,
-              st: VllmStep, release: Release = DEFAULT_RELEASE,
+              st: VllmStep, release: Release = DEFAULT_RELEASE, load_failed: bool = False,
               ) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool]:
     """One step: (frontier after, cursor after, chunks offered, chunks
     submitted, the request ended). Raises ParamError when the step is not
@@ -377,7 +388,13 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
     release whose cursor on lookup and null-block filter apply
     (``kvreach.releases``; default 0.33.0): with the cursor kept, a lookup
     leaves it, a start from a GPU-local hit keeps it and a loaded start
-    assigns the loaded chunks whatever the cursor was."""
+    assigns the loaded chunks whatever the cursor was. With
+    ``failed_transfers`` (0.34.0): ``store-failed`` changes nothing of the
+    request (its chunks stay submitted, the cursor past them),
+    ``load-failed`` neither (``load_failed``: :func:`load_failed_after` of
+    the steps before; after it no start loads), ``load-recompute`` (only
+    after it, ``kv_load_failure_policy="recompute"``) sets the frontier to
+    0 and keeps the cursor."""
     P, s, k = req.prompt_tokens, st.scheduled_tokens, st.kind
     reset = release.cursor_on_lookup == "reset to 0"
 
@@ -387,6 +404,15 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
 
     if st.outcome not in OUTCOMES:
         raise ParamError("outcome", st.outcome, f"one of {OUTCOMES}")
+    if k in _FAILURES:
+        need(release.failed_transfers, f"a failed transfer of a release that has them "
+             f"(vLLM {release.name} has none)")
+        if k == "load-recompute":  # Scheduler._handle_failed_recving, recompute policy
+            need(load_failed, "a recompute after a failed load")
+            return 0, cursor, (), (), False
+        return f, cursor, (), (), False
+    if k == "loaded" and load_failed:
+        need(False, "a loaded start after a failed load (every later lookup answers 0)")
     if k in _QUIET:
         if k == "preempt":
             return 0, cursor, (), (), False
@@ -420,7 +446,7 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
         tokens_after = finish_tokens(rule, req, nt, f if release.finish_computed_clamp else None)
         f_after = f
     else:
-        raise ParamError("kind", k, f"one of {_STORING + _QUIET}")
+        raise ParamError("kind", k, f"one of {_STORING + _QUIET + _FAILURES}")
     ends = k in ("finish", "abort", "error")
     jobs = build_store_jobs(rule, g, req, cursor, tokens_after, nt, ends,
                             allocated_chunks=st.allocated_chunks)
@@ -444,6 +470,7 @@ def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
     else)."""
     check_rule(rule)
     f = cursor = incarnation = 0
+    load_failed = False
     out: list[VllmStepResult] = []
     kept = release.cursor_on_lookup == "kept"
     for i, st in enumerate(plan):
@@ -451,7 +478,8 @@ def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
             raise ParamError("plan", plan, f"no step after the request ended (step {i})")
         if st.kind == "lookup" or (kept and st.kind == "preempt"):
             incarnation += 1
-        f2, c2, offered, sub, _ = vllm_step(rule, g, req, f, cursor, st, release)
-        out.append(VllmStepResult(st, incarnation, f, f2, cursor, c2, offered, sub))
+        f2, c2, offered, sub, _ = vllm_step(rule, g, req, f, cursor, st, release, load_failed)
+        load_failed = load_failed_after(st.kind, load_failed)
+        out.append(VllmStepResult(st, incarnation, f, f2, cursor, c2, offered, sub, load_failed))
         f, cursor = f2, c2
     return tuple(out)

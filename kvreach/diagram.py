@@ -65,7 +65,8 @@ class Symbols:
     @staticmethod
     def make() -> "Symbols":
         s = dataclasses.replace(SymConfig.fresh("diagram_"), P=z3.Int("P"))
-        pre = lc.State(z3.Int("f"), z3.Int("cursor"), z3.Bool("stored"), z3.Bool("ended"))
+        pre = lc.State(z3.Int("f"), z3.Int("cursor"), z3.Bool("stored"), z3.Bool("ended"),
+                       load_failed=z3.Bool("load_failed"))  # the failed-load ghost (0.34.0)
         return Symbols(s, pre, z3.Int("sched"), z3.Int("budget"))
 
     def assumptions(self) -> list:
@@ -389,11 +390,11 @@ def render(transitions: Sequence[lc.TransitionDef] | None = None) -> str:
             continue
         src, tgt = e.sources[0], e.targets[0]
         if len(e.sources) > 1:
-            src = f"{e.name}_from"
+            src = f"{e.name.replace('-', '_')}_from"  # a Mermaid state id
             out.append(f"    state {src} <<choice>>")
             out += [f"    {s} --> {src}" for s in e.sources]
         if len(e.targets) > 1:
-            tgt = f"{e.name}_to"
+            tgt = f"{e.name.replace('-', '_')}_to"
             out.append(f"    state {tgt} <<choice>>")
         out.append(f"    {src} --> {tgt} : {e.label}")
         if len(e.targets) > 1:

@@ -67,7 +67,7 @@ SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
 # A row whose releases have lookahead block hashes (vLLM 0.34.0) and whose
 # obligation does not read the part: the row is about num_hash_lookahead_tokens L = 0 only
 # (no EAGLE/MTP draft, or disable_lookahead_block_hashes); and world "vllm"'s
-# over-approximation of 0.34.0's junction and failed transfers.
+# 0.34.0's junction and failed transfers (SCOPE_WORLD_VLLM_034).
 SCOPE_LOOKAHEAD_OFF = (
     "; vLLM 0.34.0 with lookahead block hashes off only (num_hash_lookahead_tokens L = 0: "
     "no EAGLE/MTP draft, or disable_lookahead_block_hashes; L >= 1 is not modelled)"
@@ -80,8 +80,12 @@ SCOPE_LOOKAHEAD_SYMBOLIC = (
     "tokens_per_hash >= 1 dividing B and the alignment; the counterexample search tries L >= 1 first"
 )
 SCOPE_WORLD_VLLM_034 = (
-    "; 0.34.0's shared-prefix junction on lookup within shared_prefix_boundary's any value, "
-    "its failed store a submitted one, a lookup after its failed load a start with no hit"
+    "; 0.34.0's shared-prefix junction on lookup within shared_prefix_boundary's any value; "
+    "its failed transfers as steps: store-failed (the job dropped, its chunks submitted, the "
+    "cursor past them), load-failed (load_failed set, the frontier kept; enabled at any point, "
+    "over-approximating the load it follows), load-recompute after it (kv_load_failure_policy "
+    "recompute: num_computed_tokens 0; policy fail: an error step) and no loaded start after "
+    "a failed load"
 )
 
 

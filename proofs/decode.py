@@ -220,26 +220,58 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
     return out
 
 
+def lookahead_lifecycle(rule: str, g: GroupConfig, r: RequestConfig, H: int):
+    """vLLM 0.34.0 with lookahead hashes (L >= 1): the request no-waste's
+    rows with L symbolic state (``_kept_hashed``): its whole prompt prefilled
+    in one step, then the fewest decode steps whose finish reaches the
+    final horizon ``H`` (chunks), replayed through ``impl.lifecycle.run``
+    (the finish clamp of 0.34.0 on). -> the trace, or None if no decode
+    count up to ``H`` chunks past the prompt reaches ``H``."""
+    C = g.chunk_tokens
+    for decode in range(0, max(0, H * C - r.prompt_tokens) + r.hash_lookahead_tokens + C + 1):
+        lc = Lifecycle(budget=r.prompt_tokens, decode=decode)
+        trace = run(rule, g, r, lc, finish_computed_clamp=True)
+        if trace.final_horizon_chunks == H:
+            return trace
+        if trace.final_horizon_chunks > H:
+            return None
+    return None
+
+
 def unloaded_kept_chunk(cex: dict) -> list[int]:
     """A no-waste counterexample replayed: the rule's one-shot stores at the
-    decoded final horizon, then every later request of 1 .. H*C + 2C + 1
-    tokens sharing the stored prompt (no GPU-local hit, no max_load_tokens)
-    looks up; ``[chunk]`` if none of them loads the decoded chunk."""
+    decoded final horizon (with lookahead hashes, L >= 1: the stores of
+    :func:`lookahead_lifecycle`'s request, recorded in
+    ``cex["lookahead_trace"]``), then every later request of 1 .. H*C + 2C
+    + 1 + L tokens sharing the stored tokens (no GPU-local hit, no
+    max_load_tokens; with L its chunk keys cover the L tokens after each
+    chunk, ``LaterRequest.hash_lookahead_tokens``) looks up; ``[chunk]`` if
+    none of them loads the decoded chunk."""
     from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
 
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
     lg, H, c, off = cex["lookup_groups"], cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
-    kept = store_step(cex["rule"], g, r, 0, H, True).chunks
+    L = r.hash_lookahead_tokens
+    if L:
+        trace = lookahead_lifecycle(cex["rule"], g, r, H)
+        if trace is None:
+            return []
+        kept = trace.stored
+        cex["lookahead_trace"] = {"decode": trace.lifecycle.decode,
+                                  "steps": [list(st.submitted) for st in trace.steps]}
+    else:
+        kept = store_step(cex["rule"], g, r, 0, H, True).chunks
     if c not in kept:
         return []
     groups = lookup_groups_of(lg, g)
-    for T in range(1, H * g.chunk_tokens + 2 * g.chunk_tokens + 2):
-        shared = min(T, off)
+    for T in range(1, H * g.chunk_tokens + 2 * g.chunk_tokens + 2 + L):
+        shared = min(T - L, off)  # the tokens its keys cover, as far as they are stored
         content = StoreContent.of_chunks(
-            [range(shared // gr.chunk_tokens) for gr in groups[:-1]]
+            [range(max(0, shared) // gr.chunk_tokens) for gr in groups[:-1]]
             + [[k for k in kept if (k + 1) * g.chunk_tokens <= shared]])
-        if c in lookup(groups, LaterRequest(T), content, parts=lookup_parts_of(lg)).loaded[-1]:
+        req = LaterRequest(T, hash_lookahead_tokens=L)
+        if c in lookup(groups, req, content, parts=lookup_parts_of(lg)).loaded[-1]:
             return []
     return [c]
 

@@ -223,6 +223,15 @@ class Obligation:
     # and completeness'; most static ones did not move (their queries are
     # named already or have no arithmetic if-then-else).
     named_mutant: bool = False
+    # a static obligation's rows with vLLM 0.34.0's lookahead hashes symbolic
+    # (``rows.models_lookahead``): (geometry, ctx -> pins) of F14's example
+    # in the class the mode adds, which their counterexample search tries
+    # before the grid (a sat check there is a counterexample; an unsat one
+    # decides nothing: the grid's queries do)
+    lookahead_example: tuple | None = None
+    # what those rows' scope adds to ``config.SCOPE_LOOKAHEAD_SYMBOLIC`` (how
+    # the obligation's own queries read L)
+    lookahead_scope: str = ""
     # run by ``kvreach prove --deep`` only (or when selected by name): its
     # rows cost more than the default run's budget holds
     # (docs/proofs-cost.md); rows_for lists them like every other

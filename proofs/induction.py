@@ -28,6 +28,12 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
     return _named(ob, Query(prem + lems, ob.step_violation(ctx, pre, tr, post)))
 
 
+def _fresh(tag: str, ob: Obligation, ctx: Ctx) -> State:
+    """A state of the obligation's world; world "vllm" of a release with
+    failed transfers has the ``load_failed`` ghost."""
+    return State.fresh(tag, ob.world, ob.world == "vllm" and ctx.release.failed_transfers)
+
+
 def _vllm_step(ob: Obligation, ctx: Ctx):
     """-> (pre, transition, post, premise, lemmas) of a world-"vllm" step:
     built once per context, obligation and pins, shared by the induction
@@ -36,7 +42,7 @@ def _vllm_step(ob: Obligation, ctx: Ctx):
     memo = ctx.built_steps
     key = (ob.name, tuple(p.get_id() for p in ctx.pins))
     if key not in memo:
-        pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+        pre, post = _fresh("pre", ob, ctx), _fresh("post", ob, ctx)
         tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
                         world=ob.world, release=ctx.release)
         prem = ctx.base() + [ctx.c >= 0, ob.invariant(ctx, pre), tr.constraints]
@@ -78,7 +84,7 @@ def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
     """The initial state satisfies the invariant (the rule's, or a world
     "vllm" obligation's own)."""
     world = "single" if ob is None else ob.world
-    st = State.fresh("init", world)
+    st = State.fresh("init", world) if ob is None else _fresh("init", ob, ctx)
     inv = invariant(ctx.s, ctx.rule, st, ctx.c) if world == "single" else ob.invariant(ctx, st)
     return _named(ob, Query(ctx.base() + [ctx.c >= 0, init(st)], z3.Not(inv)))
 
@@ -87,7 +93,7 @@ def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
     """``depth`` transitions from the initial state, the last one an end; the
     steps before it run (world "single": prefill or decode; "vllm": any kind
     that does not end the request)."""
-    sts = [State.fresh(f"s{i}", ob.world) for i in range(depth + 1)]
+    sts = [_fresh(f"s{i}", ob, ctx) for i in range(depth + 1)]
     trs = [
         transition(ctx.s, ctx.rule, sts[i], sts[i + 1], ctx.c, ctx.budget, f"t{i + 1}",
                    ctx.store_fn, world=ob.world, release=ctx.release)

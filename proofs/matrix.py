@@ -30,12 +30,13 @@ LOOKUP_PARTS = frozenset({
     "max_load_tokens", "swa_reduction_before_caps",
 })
 # World "vllm" (``spec.lifecycle``: the cursor on a lookup, the null-block
-# filter, the error finish's cap by the computed tokens). 0.34.0's
-# ``junction_on_lookup`` and ``failed_transfers`` change no world-"vllm"
-# query: ``shared_prefix_boundary`` is already any value at every step, a
-# failed store is a submitted one (the properties are about submissions) and
-# a failed load's later lookups answering 0 are starts with no hit.
-WORLD_VLLM_PARTS = frozenset({"cursor_on_lookup", "null_block_filter", "finish_computed_clamp"})
+# filter, the error finish's cap by the computed tokens, and 0.34.0's failed
+# transfers: the steps store-failed, load-failed and load-recompute, the load_failed ghost
+# that disables a loaded start). 0.34.0's ``junction_on_lookup`` changes no
+# world-"vllm" query: ``shared_prefix_boundary`` is already any value at
+# every step.
+WORLD_VLLM_PARTS = frozenset({"cursor_on_lookup", "null_block_filter", "finish_computed_clamp",
+                              "failed_transfers"})
 
 # rule -> the releases whose store rule it is (kvreach's own rule: none)
 RELEASE_RULES = ("vllm-0.29", "vllm-0.33")

@@ -82,6 +82,25 @@ def _small_lookup(ctx: Ctx) -> list:
 
 
 
+def _static_passes(ob, lookahead: bool) -> list:
+    """A static row's passes, (geometry or None, search pins or None): a row
+    with L symbolic first searches F14's example (``Obligation.lookahead_example``;
+    ``kvreach counterexample --hash-lookahead-tokens N``: only for N = 1, and
+    then every geometry with L = N), each a search only (the loop stops at a
+    sat one; the verdict of an unsat one is overwritten by the next); then
+    each geometry of the grid (None: one pass), which decide the row."""
+    grid = [(g, None) for g in (ob.grid or (None,))]
+    if not lookahead:
+        return grid
+    pinned = PINNED_L[-1] if PINNED_L else None
+    first = []
+    if ob.lookahead_example is not None and pinned in (None, 1):
+        first.append(ob.lookahead_example)
+    if pinned is not None:
+        first += [(g, lambda ctx, n=pinned: [ctx.s.L == n]) for g, _ in grid]
+    return first + grid
+
+
 # what a 1-step induction proof in the single-request world rests on (its scope says so)
 RESTS_ON = "".join(f", invariant obligation '{inv.name}'" for inv in INVARIANTS)
 
@@ -98,7 +117,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     meter = Meter(ROW_RL)
     scope = ob.scope
     if models_lookahead(ob, release):
-        scope += SCOPE_LOOKAHEAD_SYMBOLIC
+        scope += SCOPE_LOOKAHEAD_SYMBOLIC + ob.lookahead_scope
         if PINNED_L:  # kvreach counterexample --hash-lookahead-tokens
             scope += f"; a counterexample searched with L = {PINNED_L[-1]}"
     elif any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
@@ -110,10 +129,11 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     if ob.kind == "static":
         la = models_lookahead(ob, release)
         sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
-        for g in (ob.grid or (None,)):
-            if g is not None:
+        for g, search_pins in _static_passes(ob, la):
+            if g is not None or search_pins is not None:
                 sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
-                sctx.pins = g.pins(sctx)
+                sctx.pins = (g.pins(sctx) if g is not None else []) + (
+                    search_pins(sctx) if search_pins is not None else [])
             results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
             if "sat" in [r for r, _, _ in results]:
                 break

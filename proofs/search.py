@@ -113,7 +113,9 @@ def static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) -
     cex = decode.decode_static(m, sctx, ob)
     if geometry is not None:
         cex["geometry"] = geometry.name
-        cex["replayed_violation"] = decode.violation_in(None, ob, model, cex | {"rule": sctx.rule})
+        full = cex | {"rule": sctx.rule}
+        cex["replayed_violation"] = decode.violation_in(None, ob, model, full)
+        cex.update({k: v for k, v in full.items() if k not in cex and k != "rule"})  # its replay's record
     return cex
 
 

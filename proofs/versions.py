@@ -152,6 +152,8 @@ def decode(cex: dict | None) -> str:
             parts.append(f"max_offload_tokens {req['max_offload_tokens']}")
         if req.get("offload_prompt_only") is False:
             parts.append("decode offloaded")
+        if req.get("hash_lookahead_tokens"):  # vLLM 0.34.0's lookahead block hashes
+            parts.append(f"L {req['hash_lookahead_tokens']}")
         out.append(", ".join(parts))
     lc = cex.get("lifecycle") or {}
     if lc:

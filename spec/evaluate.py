@@ -270,7 +270,8 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
                   local_hit_tokens: int, max_load_tokens: int | None,
                   full_chunks: Iterable[int], swa_chunks: Iterable[int],
                   lookup_variant: str = "vllm-0.33", release=None,
-                  full_eagle: bool | None = None) -> dict:
+                  full_eagle: bool | None = None,
+                  hash_lookahead_tokens: int | None = None) -> dict:
     """``spec.lookup.lookup`` pinned to one configuration, one later request
     and one store content (the chunks of each group the manager answers HIT
     for: sets, or two counts for "exactly the chunks below"):
@@ -279,12 +280,15 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
     every range fits it. ``lookup_variant``: ``spec.lookup.LOOKUP_VARIANTS``;
     ``release``: the ``kvreach.releases.Release`` whose parts apply (None:
     the default, 0.33.0); ``full_eagle``: the full-attention group's EAGLE
-    flag (None: the spec's default, not an EAGLE group)."""
+    flag (None: the spec's default, not an EAGLE group);
+    ``hash_lookahead_tokens``: vLLM 0.34.0's L (None: the spec's lookup
+    without the term, legacy hashes)."""
     from kvreach.releases import DEFAULT
     from kvreach.spec import lookup as lk
 
     s = lk.LookupSym.fresh("evl_", lookup_variant, release or DEFAULT,
-                           full_eagle=full_eagle is not None)
+                           full_eagle=full_eagle is not None,
+                           lookahead=hash_lookahead_tokens is not None)
     pins = z3.And(
         s.well_formed(), s.has_full == (full_block_tokens is not None),
         s.full_block_tokens == (full_block_tokens or 1), s.B == swa_block_tokens,
@@ -292,6 +296,7 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
         s.eagle == eagle, s.num_tokens == num_tokens, s.local_hit_tokens == local_hit_tokens,
         s.has_max_load == (max_load_tokens is not None), s.max_load_tokens == (max_load_tokens or 0),
         *([] if s.full_eagle is None else [s.full_eagle == bool(full_eagle)]),
+        *([] if s.L is None else [s.L == hash_lookahead_tokens]),
     )
     ev = Pinned(pins, "lookup configuration")
     if isinstance(full_chunks, int) and isinstance(swa_chunks, int):
@@ -336,14 +341,19 @@ class StepChecker:
         from kvreach.spec import lifecycle as lc
 
         s = SymConfig.fresh()
+        release = release or DEFAULT
         self.kinds = {t.name: t.kind for t in lc.TRANSITIONS}
+        # the load_failed ghost of a release with failed transfers (pinned by
+        # explain's load_failed, else free)
+        ghost = (lambda tag: z3.Bool(f"load_failed_{tag}")) if release.failed_transfers else (
+            lambda tag: None)
         self.pre = lc.State(z3.Int("f_pre"), z3.Int("cursor_pre"), z3.Bool("stored_pre"),
-                            z3.BoolVal(False))
+                            z3.BoolVal(False), load_failed=ghost("pre"))
         self.post = lc.State(z3.Int("f_post"), z3.Int("cursor_post"), z3.Bool("stored_post"),
-                             z3.Bool("ended_post"))
+                             z3.Bool("ended_post"), load_failed=ghost("post"))
         self.c = z3.Int("chunk")
         self.tr = lc.transition(s, rule, self.pre, self.post, self.c, z3.IntVal(budget), "t",
-                                world="vllm", release=release or DEFAULT)
+                                world="vllm", release=release)
         self.rlimit = rlimit
         self.solver = z3.SimpleSolver()
         self.solver.add(s.well_formed(), s.equals(g, r), self.tr.constraints)
@@ -363,15 +373,24 @@ class StepChecker:
                 post: tuple[int, int], offered: frozenset, accepted: frozenset,
                 null: frozenset = frozenset(), shared_prefix_boundary: int = 0,
                 allocated_chunks: int | None = None,
-                submitted: frozenset | None = None) -> str | None:
+                submitted: frozenset | None = None,
+                load_failed: tuple[bool, bool] | None = None) -> str | None:
         """None when the step ((f, cursor) before and after, the manager's
         ``outcome`` index, the chunks offered to and accepted by
         ``prepare_store``, the chunks with a null block) is a transition of the
         spec with those chunks, else why not. ``submitted``: the chunks the
         step submitted, when ``accepted`` is the manager's choice over more
-        chunks than were offered (default: ``accepted``)."""
+        chunks than were offered (default: ``accepted``). ``load_failed``:
+        the ghost before and after (a release with failed transfers; None:
+        not pinned)."""
         submitted = accepted if submitted is None else submitted
         tr, c = self.tr, self.c
+        ghost = []
+        if load_failed is not None:
+            if self.pre.load_failed is None:
+                raise ValueError("load_failed pinned for a release without failed transfers")
+            ghost = [self.pre.load_failed == load_failed[0],
+                     self.post.load_failed == load_failed[1]]
         pins = [tr.kind == self.kinds[kind], tr.sched == sched, tr.outcome == outcome,
                 self.pre.f == pre[0], self.pre.cursor == pre[1],
                 self.post.f == post[0], self.post.cursor == post[1],
@@ -379,7 +398,7 @@ class StepChecker:
                 tr.allocated_chunks == (NO_CAP if allocated_chunks is None else allocated_chunks),
                 # witnesses for the manager's choice and the null blocks
                 tr.accepted == _member(c, accepted),
-                tr.null == z3.And(_member(c, null), z3.Not(_member(c, offered)))]
+                tr.null == z3.And(_member(c, null), z3.Not(_member(c, offered)))] + ghost
         r, _ = self._check(pins + [c == min(offered | accepted, default=0)])
         if r != z3.sat:
             return f"(A) not a transition of the spec ({r})"

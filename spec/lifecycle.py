@@ -20,6 +20,21 @@ docs/lifecycle.md): a change in the table changes both.
   sampled token is never fed); tokens per ``finish_tokens``;
 - ``abort``: ``FINISHED_ABORTED`` at any point; the store side reads
   ``num_computed_tokens = f``.
+- ``store-failed``, ``load-failed``, ``load-recompute`` (world "vllm", a release with
+  ``failed_transfers``, 0.34.0): the worker reports a transfer job of the
+  request failed (``_update_connector_output``, ``TransferJob.failed``). A
+  failed store job is dropped (``complete_store(success=False)``): its
+  chunks were submitted and the cursor passed them, so the incarnation never
+  offers them again; the step changes no request state. A failed load sets
+  ``RequestOffloadState.load_failed`` (the ghost ``State.load_failed``):
+  every later lookup of the request answers 0, so no later start loads
+  from the offload tier (``loaded`` is disabled); under
+  the frontier as it was (a synchronous load's request runs on); then, for
+  a request waiting for its asynchronous load, ``load-recompute`` under
+  ``kv_load_failure_policy="recompute"`` (``Scheduler._handle_failed_recving``:
+  ``num_computed_tokens = 0``, the request waits for its next lookup;
+  enabled only after a failed load) or an ``error`` step under ``"fail"``
+  (below).
 - ``error`` (world "vllm"): ``FINISHED_ERROR`` at any point (a grammar or
   encoder error, or from 0.34.0 a failed offload load under
   ``kv_load_failure_policy="fail"``), before the prompt is computed too; the
@@ -60,6 +75,11 @@ K_DECODE_ASYNC = 9
 # Scheduler.finish_requests(..., FINISHED_ERROR): a finish at any point, the
 # store side treating it as a finished request, not an aborted one.
 K_ERROR = 10
+# The worker reports a store job / a load job of the request failed
+# (vLLM 0.34.0's failed transfers: Release.failed_transfers).
+# Scheduler._handle_failed_recving under kv_load_failure_policy="recompute".
+K_STORE_FAILED, K_LOAD_FAILED, K_LOAD_RECOMPUTE = 11, 12, 13
+FAILURE_KINDS = (K_STORE_FAILED, K_LOAD_FAILED, K_LOAD_RECOMPUTE)
 # The manager's answer to prepare_store (world "vllm"): every key accepted,
 # some keys (PARTIAL; de-duplication or capacity), or None (REFUSED).
 O_ACCEPT, O_PARTIAL, O_REFUSED = range(3)
@@ -79,13 +99,19 @@ class State:
     # world "vllm" ghost: the tracked chunk was submitted in this incarnation
     # (since the last get_num_new_matched_tokens); None in world "single"
     stored_inc: z3.BoolRef | None = None
+    # world "vllm" of a release with failed transfers: a load of the request
+    # failed (RequestOffloadState.load_failed); None otherwise
+    load_failed: z3.BoolRef | None = None
 
     @staticmethod
-    def fresh(tag: str, world: str = "single") -> "State":
+    def fresh(tag: str, world: str = "single", failures: bool = False) -> "State":
+        """``failures``: the state has :attr:`load_failed` (world "vllm" of a
+        release with ``failed_transfers``)."""
         return State(
             z3.Int(f"f_{tag}"), z3.Int(f"cursor_{tag}"),
             z3.Bool(f"stored_{tag}"), z3.Bool(f"ended_{tag}"),
             z3.Bool(f"stored_inc_{tag}") if world == "vllm" else None,
+            z3.Bool(f"load_failed_{tag}") if world == "vllm" and failures else None,
         )
 
 
@@ -112,6 +138,7 @@ class Transition:
 
 def init(st: State) -> z3.BoolRef:
     inc = [] if st.stored_inc is None else [z3.Not(st.stored_inc)]
+    inc += [] if st.load_failed is None else [z3.Not(st.load_failed)]
     return z3.And(st.f == 0, st.cursor == 0, z3.Not(st.stored), z3.Not(st.ended), *inc)
 
 
@@ -275,6 +302,47 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
         num_tokens=lambda s, pre: num_tokens(s, pre.f),
         status="FINISHED_ERROR", ends=True,
     ),
+    TransitionDef(
+        # the worker reports a store job of the request failed: dropped
+        # (complete_store(success=False)), not offered again in the
+        # incarnation (the cursor passed its chunks when it was submitted)
+        K_STORE_FAILED, "store-failed", _CONN, "OffloadingConnectorScheduler.update_connector_output",
+        sched=0,
+        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
+        new_f=lambda s, pre, sched: pre.f,
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="RUNNING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: pre.cursor,
+    ),
+    TransitionDef(
+        # the worker reports a load job of the request failed: load_failed
+        # (every later lookup answers 0); the request's frontier as it was (a
+        # synchronous load's request runs on; an asynchronous one's is reset
+        # by load-recompute, or finished by an error step under
+        # kv_load_failure_policy="fail"). Enabled at any point (vLLM reports
+        # one only after a start that loads: an over-approximation)
+        K_LOAD_FAILED, "load-failed", _CONN, "OffloadingConnectorScheduler.update_connector_output",
+        sched=0,
+        guard=lambda s, pre, sched, budget: z3.BoolVal(True),
+        new_f=lambda s, pre, sched: pre.f,
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="RUNNING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: pre.cursor,
+    ),
+    TransitionDef(
+        # kv_load_failure_policy="recompute": a request waiting for its failed
+        # asynchronous load gets num_computed_tokens = 0 and waits for its next
+        # lookup (Scheduler._handle_failed_recving); only after a failed load
+        K_LOAD_RECOMPUTE, "load-recompute", _SCHED, "Scheduler._handle_failed_recving", sched=0,
+        guard=lambda s, pre, sched, budget: pre.load_failed,
+        new_f=lambda s, pre, sched: z3.IntVal(0),
+        tokens_after=lambda s, rule, pre, sched: z3.IntVal(0),
+        num_tokens=lambda s, pre: num_tokens(s, pre.f),
+        status="WAITING", ends=False, stores=False,
+        new_cursor=lambda s, pre, sched: pre.cursor,
+    ),
 )
 assert [t.kind for t in TRANSITIONS] == list(range(len(TRANSITIONS)))
 
@@ -297,6 +365,12 @@ _CURSOR_KEPT = {
 # num_tokens_after_batch is also capped by num_computed_tokens.
 _ERROR_CLAMPED = dict(
     tokens_after=lambda s, rule, pre, sched: finish_tokens(s, rule, num_tokens(s, pre.f), pre.f))
+# vLLM 0.34.0 (``Release.failed_transfers``): after a failed load every
+# lookup of the request answers 0, so no start loads from the offload tier
+# (a start's hit is GPU-local only: ``start`` as it is).
+_LOADED_UNLESS_FAILED = dict(
+    guard=lambda s, pre, sched, budget: z3.And(
+        TRANSITIONS[K_START_LOADED].guard(s, pre, sched, budget), z3.Not(pre.load_failed)))
 CURSOR_ON_LOOKUP = ("reset to 0", "kept")
 NULL_BLOCK_FILTERS = ("every reachable block", "last block")
 
@@ -304,9 +378,12 @@ NULL_BLOCK_FILTERS = ("every reachable block", "last block")
 def table(world: str = "single", release: Release = DEFAULT_RELEASE) -> tuple[TransitionDef, ...]:
     """The entries of :data:`TRANSITIONS` the world has, for ``release``'s
     ``get_num_new_matched_tokens`` and ``update_state_after_alloc``
-    (``Release.cursor_on_lookup``) and ``_build_store_jobs``'s finished
-    request (``Release.finish_computed_clamp``, read by ``error``);
-    :data:`TRANSITIONS` is 0.33.0's."""
+    (``Release.cursor_on_lookup``), ``_build_store_jobs``'s finished
+    request (``Release.finish_computed_clamp``, read by ``error``) and the
+    failed transfers (``Release.failed_transfers``: ``store-failed``,
+    ``load-failed``, ``load-recompute``, and ``loaded`` disabled after a
+    failed load; the other releases' table has none of them); :data:`TRANSITIONS` is 0.33.0's with
+    the failure kinds."""
     if world == "vllm":
         if release.cursor_on_lookup not in CURSOR_ON_LOOKUP:
             raise ValueError(f"cursor_on_lookup={release.cursor_on_lookup!r}: "
@@ -314,10 +391,12 @@ def table(world: str = "single", release: Release = DEFAULT_RELEASE) -> tuple[Tr
         changes = {} if release.cursor_on_lookup == "reset to 0" else dict(_CURSOR_KEPT)
         if release.finish_computed_clamp:
             changes[K_ERROR] = _ERROR_CLAMPED
-        if not changes:
-            return TRANSITIONS
+        if release.failed_transfers:
+            changes[K_START_LOADED] = changes.get(K_START_LOADED, {}) | _LOADED_UNLESS_FAILED
+        entries = tuple(t for t in TRANSITIONS
+                        if t.kind not in FAILURE_KINDS or release.failed_transfers)
         return tuple(replace(t, **changes[t.kind]) if t.kind in changes else t
-                     for t in TRANSITIONS)
+                     for t in entries)
     if world != "single":
         raise ValueError(f"unknown world {world!r}")
     return tuple(t for t in TRANSITIONS if t.kind in BASE_KINDS)
@@ -454,6 +533,11 @@ def transition(
             next_cursor = z3.If(kind == t.kind, t.new_cursor(s, pre, sched), next_cursor)
         extra = [z3.Or(outcome == O_ACCEPT, outcome == O_PARTIAL, outcome == O_REFUSED),
                  z3.Implies(z3.Not(stores), outcome == O_ACCEPT), spb >= 0, allocated >= 0]
+        if release.failed_transfers:
+            if pre.load_failed is None or post.load_failed is None:
+                raise ValueError("a release with failed transfers needs the load_failed ghost "
+                                 "(State.fresh(..., failures=True))")
+            extra.append(post.load_failed == z3.Or(pre.load_failed, kind == K_LOAD_FAILED))
         if pre.stored_inc is not None and post.stored_inc is not None:
             ends_inc = (kind == K_LOOKUP if release.cursor_on_lookup == "reset to 0"
                         else z3.Or(kind == K_LOOKUP, kind == K_PREEMPT))

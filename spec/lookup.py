@@ -270,6 +270,12 @@ class LookupSym:
     full_eagle: the full-attention group is an EAGLE/MTP draft group
     (``is_eagle_group``; 0.29.0's spec decode with no annotated group makes
     every group one); None: it is not one (the lookup then has no such term).
+    L: vLLM 0.34.0's ``num_hash_lookahead_tokens`` (the twin's
+    ``LaterRequest.hash_lookahead_tokens``): each block hash covers the L
+    tokens after its block, so the request has keys for ``num_tokens - L``
+    tokens (:attr:`key_tokens`), and with L > 0 no group is looked up as a
+    legacy EAGLE group (:attr:`legacy_eagle`); None: legacy hashes (the
+    lookup then has no such term).
     """
 
     has_full: z3.BoolRef
@@ -286,12 +292,15 @@ class LookupSym:
     variant: str = "vllm-0.33"
     release: Release = DEFAULT_RELEASE
     full_eagle: z3.BoolRef | None = None
+    L: z3.ArithRef | None = None
 
     @staticmethod
     def fresh(prefix: str = "lk_", variant: str = "vllm-0.33",
-              release: Release = DEFAULT_RELEASE, full_eagle: bool = False) -> "LookupSym":
+              release: Release = DEFAULT_RELEASE, full_eagle: bool = False,
+              lookahead: bool = False) -> "LookupSym":
         """Fresh symbols; ``full_eagle``: the full-attention group's EAGLE
-        flag is a symbol too (else the group is not an EAGLE group)."""
+        flag is a symbol too (else the group is not an EAGLE group);
+        ``lookahead``: L (``num_hash_lookahead_tokens``) is a symbol too."""
         I = lambda n: z3.Int(prefix + n)  # noqa: E731
         Bo = lambda n: z3.Bool(prefix + n)  # noqa: E731
         return LookupSym(
@@ -302,6 +311,7 @@ class LookupSym:
             has_max_load=Bo("has_max_load"), max_load_tokens=I("max_load_tokens"),
             variant=variant, release=release,
             full_eagle=Bo("full_eagle") if full_eagle else None,
+            L=I("hash_lookahead_tokens") if lookahead else None,
         )
 
     @property
@@ -314,9 +324,22 @@ class LookupSym:
         return self.full_block_tokens * self.bpc
 
     @property
+    def key_tokens(self):
+        """The tokens the request's keys cover (``num_keys``: ``num_tokens -
+        L``, at least 0; the hash block divides every chunk, so the keys per
+        group are this over the group's chunk)."""
+        return self.num_tokens if self.L is None else z3_max(0, self.num_tokens - self.L)
+
+    @property
+    def legacy_eagle(self):
+        """The SWA group looked up as an EAGLE group (``apply_eagle_drop``:
+        ``is_eagle_group and not use_lookahead_block_hashes``)."""
+        return self.eagle if self.L is None else z3.And(self.eagle, self.L == 0)
+
+    @property
     def shift(self):
         """EAGLE shift, as ``SymConfig.shift`` (``reachable_block_mask``)."""
-        return z3.If(self.eagle, 1, 0)
+        return z3.If(self.legacy_eagle, 1, 0)
 
     def well_formed(self) -> z3.BoolRef:
         """What vLLM accepts; the GPU-local hit is block-aligned for every
@@ -328,6 +351,7 @@ class LookupSym:
             self.local_hit_tokens % self.B == 0,
             z3.Implies(self.has_full, self.local_hit_tokens % self.full_block_tokens == 0),
             self.max_load_tokens >= 0,
+            *([] if self.L is None else [self.L >= 0]),
         )
 
 
@@ -385,6 +409,7 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0,
     starting that many chunks before ``update_state_after_alloc``'s first
     fresh block's chunk, not below chunk 0)."""
     local, T, C, Cf = s.local_hit_tokens, s.num_tokens, s.C, s.C_full
+    K = s.key_tokens  # T without lookahead hashes (the same terms)
     r = s.release
     # kv_transfer_params["max_load_tokens"]: read from 0.31.0 on
     max_load = r.max_load_tokens
@@ -397,22 +422,24 @@ def lookup(s: LookupSym, keys: Keys, widen_initial_by: int = 0,
         m = m - 1  # an SWA group exists: the last prompt token is recomputed
     zero = []
     # full-attention group (prefix lookup)
-    m1 = z3_min(m, T / Cf * Cf)
+    m1 = z3_min(m, K / Cf * Cf)
     m1 = z3.If(s.has_max_load, m1 / Cf * Cf, m1) if max_load else m1
     f_start, f_stop = local / Cf, cdiv(m1, Cf)
-    if s.full_eagle is not None and r.eagle_widening == "every group":
+    # the full-attention group's apply_eagle_drop (none under lookahead hashes)
+    fe = s.full_eagle if s.full_eagle is None or s.L is None else z3.And(s.full_eagle, s.L == 0)
+    if fe is not None and r.eagle_widening == "every group":
         # an unverified EAGLE group queries one chunk more (0.30.0 on)
-        f_stop = z3.If(s.full_eagle, z3_min(cdiv(z3_min(m1 + Cf, T / Cf * Cf), Cf), T / Cf), f_stop)
+        f_stop = z3.If(fe, z3_min(cdiv(z3_min(m1 + Cf, K / Cf * Cf), Cf), K / Cf), f_stop)
     f_end, f_side = keys.full_end(f_start, f_stop)
-    f_hit_end = f_end if s.full_eagle is None else f_end - z3.If(s.full_eagle, 1, 0)  # EAGLE pop
+    f_hit_end = f_end if fe is None else f_end - z3.If(fe, 1, 0)  # EAGLE pop
     m2 = z3_min(m1, Cf * f_hit_end)
     zero.append(z3.And(s.has_full, z3.Or(m1 - local < Cf, f_end == f_start, m2 - local < Cf)))
     m2 = z3.If(s.has_full, m2, m)
     # SWA group (right-to-left scan), EAGLE pop
-    n_keys = T / C
+    n_keys = K / C
     m3 = z3_min(m2, n_keys * C)
     m3 = z3.If(s.has_max_load, m3 / C * C, m3) if max_load else m3
-    query_max = z3.If(s.eagle, z3_min(m3 + C, n_keys * C), m3)
+    query_max = z3.If(s.legacy_eagle, z3_min(m3 + C, n_keys * C), m3)
     num_chunks = z3_min(cdiv(query_max, C), n_keys)
     start = local / C
     w = window_chunks(s.W, s.extra, C, s.variant, r) + s.shift

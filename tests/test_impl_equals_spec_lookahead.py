@@ -128,3 +128,83 @@ def test_the_step_horizon_is_what_tells_l_apart():
     without = [c for c in range(8) if ev.submitted(*args, c)]
     assert with_step == [2, 3, 4, 5] and without != with_step
     assert ilc.check_lookahead(trace.group, trace.request) is None
+
+
+# ---------------------------------------------------------------------------
+# the later request's lookup with lookahead hashes (``LookupSym.L``, read by
+# no-waste's 0.34.0 rows): keys for ``num_tokens - L`` tokens, no legacy
+# EAGLE drop with L >= 1, against the twin (``LaterRequest.hash_lookahead_tokens``)
+# ---------------------------------------------------------------------------
+
+import random  # noqa: E402
+
+from kvreach import releases  # noqa: E402
+from kvreach.conform import _lookup_group, _lookup_parts  # noqa: E402
+from kvreach.impl import lookup as ilookup  # noqa: E402
+from kvreach.spec.evaluate import lookup_values  # noqa: E402
+
+V034 = releases.release("0.34.0")
+
+
+def _lookahead_lookup_case(rnd: random.Random) -> dict:
+    """A later request with L in 0 .. 4 (half of them 0), one optional
+    full-attention group (an EAGLE group sometimes), one SWA group (an EAGLE
+    group sometimes), HIT / MISS chunks."""
+    B = rnd.choice([2, 4, 6, 8])
+    bpc = rnd.randint(1, 3)
+    C = B * bpc
+    fb = rnd.choice([None, B, 2 * B, 4 * B])
+    T = rnd.randint(1, 12 * C)
+    L = rnd.choice([0, 0, 1, 2, 3, 4])
+    n = max(0, T - L)
+    n_swa, n_full = n // C, (n // (fb * bpc) if fb else 0)
+    swa = {c for c in range(n_swa) if rnd.random() < 0.8}
+    full = set(range(n_full)) if rnd.random() < 0.7 else set(range(rnd.randint(0, n_full)))
+    return dict(full_block=fb, B=B, bpc=bpc, W=rnd.randint(2, 6 * B),
+                extra=rnd.choice([0, 0, 1, B]), eagle=rnd.random() < 0.3,
+                full_eagle=(rnd.random() < 0.3) if fb else None, T=T, L=L,
+                max_load=rnd.randint(0, T) if rnd.random() < 0.3 else None,
+                full=sorted(full), swa=sorted(swa))
+
+
+def _rng(x: range) -> tuple[int, int]:
+    return (x.start, x.stop) if len(x) else (0, 0)
+
+
+def _twin(x: dict) -> tuple:
+    groups = ([_lookup_group(x["full_block"], x["bpc"], None, 0, bool(x["full_eagle"]), V034)]
+              if x["full_block"] else []) + [
+        _lookup_group(x["B"], x["bpc"], x["W"], x["extra"], x["eagle"], V034)]
+    req = ilookup.LaterRequest(x["T"], 0, x["max_load"], hash_lookahead_tokens=x["L"])
+    content = ilookup.StoreContent.of_chunks(([x["full"]] if x["full_block"] else []) + [x["swa"]])
+    hit = ilookup.lookup_hit_tokens(groups, req, content, _lookup_parts(V034))
+    loaded = ilookup.loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
+    return hit, _rng(loaded[-1])
+
+
+def _spec(x: dict, L: int | None) -> tuple:
+    v = lookup_values(
+        full_block_tokens=x["full_block"], swa_block_tokens=x["B"], blocks_per_chunk=x["bpc"],
+        window=x["W"], extra_retained_tokens=x["extra"], eagle=x["eagle"], num_tokens=x["T"],
+        local_hit_tokens=0, max_load_tokens=x["max_load"], full_chunks=x["full"],
+        swa_chunks=x["swa"], release=V034, full_eagle=x["full_eagle"], hash_lookahead_tokens=L)
+    swa = v["swa_loaded"] if v["swa_loaded"][0] < v["swa_loaded"][1] else (0, 0)
+    return v["hit_tokens"], swa
+
+
+LOOKAHEAD_LOOKUP_CASES = 30 * SCALE
+
+
+def test_lookup_with_lookahead_equals_spec():
+    """The spec's lookup with L (``LookupSym.fresh(lookahead=True)``) equals
+    the twin's for vLLM 0.34.0 on drawn cases, and L >= 1 matters: on some
+    of them the spec without the term (L left out) differs from the twin."""
+    rnd = random.Random("lookup/lookahead")
+    cases = [_lookahead_lookup_case(rnd) for _ in range(LOOKAHEAD_LOOKUP_CASES)]
+    told_apart = 0
+    for x in cases:
+        twin = _twin(x)
+        assert _spec(x, x["L"]) == twin, x
+        if x["L"] and _spec(x, None) != twin:
+            told_apart += 1
+    assert told_apart >= 1

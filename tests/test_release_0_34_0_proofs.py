@@ -44,6 +44,59 @@ def test_soundness_0_34_0_counterexample_is_f14():
     assert set(scenarios.finding("F14").stored_not_loadable) == {4}
 
 
+def test_no_waste_rows_about_0_34_0_have_l_symbolic():
+    """no-waste reads the part too: its 0.34.0 rows (vllm-0.33's and
+    lookup-window's) have L symbolic, the older ones not; the scope says how
+    its one-shot world reads L."""
+    nw = OBLIGATIONS["no-waste"]
+    groups = [g for *_, g in rows.rows_for("no-waste", "vllm-0.33", "any")]
+    assert groups[-1] == "0.34.0" and all("0.34.0" not in g for g in groups[:-1])
+    assert rows.models_lookahead(nw, R.V0_34_0) and not rows.models_lookahead(nw, R.V0_33_0)
+    assert "prompt's hashed end" in nw.lookahead_scope
+
+
+def test_no_waste_0_34_0_counterexample_is_f14():
+    """The vllm-0.33 row about 0.34.0 decodes to F14's example (L = 1, the
+    14-token prompt, chunk 4, kept only at the hashed end) and its replay
+    runs the request (prefill {2, 3, 4, 5}, finish {6}); pinned to L = 0 it
+    finds the class every release has (F7) instead."""
+    row = runner.run_row("no-waste", "vllm-0.33", "any", {}, "0.34.0")
+    cex = row.counterexample
+    assert row.verdict == "counterexample" and not row.detail, row
+    assert row.non_vacuous and row.mutant_rejected
+    req = cex["config"]["request"]
+    assert (req["hash_lookahead_tokens"], req["prompt_tokens"], cex["chunk"]) == (1, 14, 4)
+    assert cex["replayed_violation"] == [4]
+    assert cex["lookahead_trace"]["steps"] == [[2, 3, 4, 5], [6]]
+    assert row.scope.endswith(OBLIGATIONS["no-waste"].lookahead_scope)
+    with rows.pinned_lookahead(0):
+        pinned = runner.run_row("no-waste", "vllm-0.33", "any", {}, "0.34.0")
+    assert pinned.counterexample["config"]["request"]["hash_lookahead_tokens"] == 0
+    assert pinned.counterexample["replayed_violation"]
+
+
+def test_no_waste_hashed_end_is_what_finds_f14():
+    """Without the prefill's stores at the hashed end (``_kept_hashed``
+    planted to False) F14's example is no counterexample: the chunk is not
+    kept at the final horizon, so the term is what the row's search finds."""
+    from unittest import mock
+
+    from kvreach.proofs.obligations import lookup as ob_lookup
+
+    nw = OBLIGATIONS["no-waste"]
+    geometry, pins = nw.lookahead_example
+
+    def first_pass():
+        ctx = rows.ctx_for("vllm-0.33", "any", True, release=R.V0_34_0)
+        ctx.pins = geometry.pins(ctx) + pins(ctx)
+        q = nw.queries(ctx)[0]
+        return _check(q.premise + [q.violation])
+
+    assert first_pass() == z3.sat
+    with mock.patch.object(ob_lookup, "_kept_hashed", lambda ctx, x: z3.BoolVal(False)):
+        assert first_pass() == z3.unsat
+
+
 def test_pinned_l_zero_finds_the_legacy_counterexample():
     """``pinned_lookahead(0)``: the same row searched at L = 0 finds the
     class every release since 0.30.0 has (F4's abort at the PR example)."""

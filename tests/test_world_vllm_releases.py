@@ -49,15 +49,24 @@ def test_world_vllm_parts_per_release():
 
 
 def test_the_default_release_is_the_table():
-    """0.33.0's world-"vllm" table is TRANSITIONS itself (so its queries are
-    the ones built before releases were parameters); the kept cursor
-    changes exactly the lookup and the two starts."""
-    assert lc.table("vllm", RESET) is lc.TRANSITIONS
+    """0.33.0's world-"vllm" table is TRANSITIONS' entries themselves
+    without the failed transfers (so its queries are the ones built before
+    releases were parameters); the kept cursor changes exactly the lookup
+    and the two starts; 0.34.0's failed transfers add store-failed,
+    load-failed and load-recompute and change the loaded start (not after a
+    failed load)."""
+    base = tuple(t for t in lc.TRANSITIONS if t.kind not in lc.FAILURE_KINDS)
+    reset = lc.table("vllm", RESET)
+    assert len(reset) == len(base) and all(t is u for t, u in zip(base, reset))
     kept = lc.table("vllm", KEPT)
     changed = {t.name for t, u in zip(lc.TRANSITIONS, kept) if t is not u}
     assert changed == {"lookup", "start", "loaded"}
-    clamped = lc.table("vllm", CLAMPED)  # 0.34.0: the error finish capped by the computed tokens
+    # 0.34.0 without its failed transfers: the error finish capped by the computed tokens
+    clamped = lc.table("vllm", dataclasses.replace(CLAMPED, failed_transfers=False))
     assert {t.name for t, u in zip(lc.TRANSITIONS, clamped) if t is not u} == {"error"}
+    failing = lc.table("vllm", CLAMPED)
+    assert {t.name for t, u in zip(lc.TRANSITIONS, failing) if t is not u} == {"error", "loaded"}
+    assert [t.name for t in failing][-3:] == ["store-failed", "load-failed", "load-recompute"]
     with pytest.raises(ValueError, match="cursor_on_lookup"):
         lc.table("vllm", dataclasses.replace(RESET, cursor_on_lookup="halved"))
 

@@ -285,6 +285,13 @@ def print_cex(out: Console, cex: dict, model: str, depth: int | None) -> None:
     _print_cex_body(out, cex, model, depth)
     if cex.get("world") == "neighbours":
         _print_neighbours(out, cex)
+    elif "lookahead_trace" in cex:  # no-waste with lookahead hashes: a request's stores
+        la = cex["lookahead_trace"]
+        steps = "; ".join(",".join(map(str, s)) or "-" for s in la["steps"])
+        out.print(f"stored by a request prefilled in one step, {la['decode']} decode step(s), "
+                  f"final horizon {cex['final_horizon_chunks']} chunks ({cex['offloadable_tokens']} "
+                  f"offloadable tokens), per step {steps}: chunk {cex['chunk']}, which no later "
+                  f"request sharing those tokens loads", markup=False, soft_wrap=True)
     elif "offloadable_tokens" in cex and "lookup_groups" in cex:  # no-waste: a kept chunk
         out.print(f"kept at final horizon {cex['final_horizon_chunks']} chunks "
                   f"({cex['offloadable_tokens']} offloadable tokens): chunk {cex['chunk']}, which "

@@ -209,6 +209,8 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
 
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])
+    if r.hash_lookahead_tokens:
+        return replay_no_waste_lookahead(model_dir, cex, rule, g, r)
     H, c, off = cex["final_horizon_chunks"], cex["chunk"], cex["offloadable_tokens"]
     kept = set(store_step(rule, _mask_group(release, g), r, 0, H, True).chunks)
     recorder, outcome = recorder_and_twin(release)
@@ -234,6 +236,45 @@ def replay_no_waste(model_dir: str, cex: dict, rule: str, load_model: str | None
                 loaded["kvreach"].append(T)
     return {w: {"chunk_kept": c in kept, "loaded_by_later_tokens": loaded[w],
                 "later_requests": longest} for w in ("vllm", "kvreach")}
+
+
+def replay_no_waste_lookahead(model_dir: str, cex: dict, rule: str, g, r) -> dict:
+    """no-waste's rows with vLLM 0.34.0's lookahead hashes symbolic, a
+    counterexample with L >= 1 (F14's class): the stored request the row
+    states (``proofs.decode.lookahead_lifecycle``: the whole prompt
+    prefilled in one step, then decode to the decoded final horizon) runs on
+    the real scheduler with ``num_hash_lookahead_tokens`` L, as soundness's
+    0.34.0 replay runs its request (``replay_lifecycle``): its SWA stores
+    per step must equal the twin's; then every later request of 1 .. ``H * C
+    + 2C + 1 + L`` tokens sharing its tokens looks up against exactly the
+    keys ``prepare_store`` accepted (``replay_lifecycle.later_lookups_of``,
+    each lookup checked against the twin). -> the lengths whose lookup loads
+    the decoded chunk (vLLM's, the twin's), whether it was stored, the
+    per-step stores."""
+    from kvreach.proofs.decode import lookahead_lifecycle
+    from kvreach.vllm_harness.replay_lifecycle import (
+        STORED, SWA_GROUP, later_lookups_of, run_request, setup_of, vllm_steps,
+    )
+
+    H, c = cex["final_horizon_chunks"], cex["chunk"]
+    trace = lookahead_lifecycle(rule, g, r, H)
+    if trace is None:
+        raise ValueError(f"no-waste / {rule}: no lifecycle of a prompt prefilled in one step "
+                         f"reaches the decoded final horizon {H} chunks")
+    setup = setup_of("no-waste", rule, g, r, trace.lifecycle.budget)
+    run, rec = run_request(model_dir, setup, rule, r, trace.lifecycle)
+    steps, stored = vllm_steps(run), run.stored(SWA_GROUP, STORED)  # before the later requests run
+    longest = (H + 2) * g.chunk_tokens + 1 + r.hash_lookahead_tokens
+    lv, lk = later_lookups_of(setup, rec, run, [c], longest)
+    return {
+        "vllm": {"steps": steps, "chunk_kept": c in stored,
+                 "loaded_by_later_tokens": [T for T, _ in lv["loads_violating"]],
+                 "later_requests": longest},
+        "kvreach": {"steps": [list(st.submitted) for st in trace.steps],
+                    "chunk_kept": c in trace.stored,
+                    "loaded_by_later_tokens": [T for T, _ in lk["loads_violating"]],
+                    "later_requests": longest},
+    }
 
 
 # --- world (b): earlier requests under the same rule --------------------------------------

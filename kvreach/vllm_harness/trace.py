@@ -73,6 +73,9 @@ class Step:
     note: str = ""
     shared_prefix_boundary: int = 0  # Request.shared_prefix_boundary at a store step
     allocated_chunks: int | None = None  # min(allocated, keyed) chunks at a store step
+    # RequestOffloadState.load_failed before and after the step (vLLM 0.34.0;
+    # None: not recorded, the spec's ghost then free)
+    load_failed: tuple[bool, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,8 @@ def step_line(seed: int, request: str, group: int, index: int, config: Config, s
             "outcome": lc.OUTCOMES[st.outcome], "offered": sorted(st.offered),
             "accepted": sorted(st.accepted), "null": sorted(st.null),
             "shared_prefix_boundary": st.shared_prefix_boundary,
-            "allocated_chunks": st.allocated_chunks, "note": st.note}
+            "allocated_chunks": st.allocated_chunks, "note": st.note,
+            "load_failed": None if st.load_failed is None else list(st.load_failed)}
 
 
 def parse_line(d: dict) -> tuple[tuple[int, str, int], int, Config, Step]:
@@ -111,7 +115,8 @@ def parse_line(d: dict) -> tuple[tuple[int, str, int], int, Config, Step]:
     st = Step(d["kind"], d["sched"], tuple(d["pre"]), tuple(d["post"]),
               lc.OUTCOMES.index(d["outcome"]), frozenset(d["offered"]),
               frozenset(d["accepted"]), frozenset(d["null"]), d.get("note", ""),
-              d.get("shared_prefix_boundary", 0), d.get("allocated_chunks"))
+              d.get("shared_prefix_boundary", 0), d.get("allocated_chunks"),
+              None if d.get("load_failed") is None else tuple(d["load_failed"]))
     return (d["seed"], d["request"], d["group"]), d["index"], config, st
 
 
@@ -175,12 +180,14 @@ class Validator:
         """None when the step is a transition of the spec, else why not."""
         checker = self._checker(config)
         key = (id(checker), st.kind, st.sched, st.pre, st.post, st.outcome, st.offered,
-               st.accepted, st.null, st.shared_prefix_boundary, st.allocated_chunks)
+               st.accepted, st.null, st.shared_prefix_boundary, st.allocated_chunks,
+               st.load_failed)
         if key not in self._results:
             self.totals.checks += 1
             self._results[key] = checker.explain(
                 st.kind, st.sched, st.outcome, st.pre, st.post, st.offered, st.accepted,
-                st.null, st.shared_prefix_boundary, st.allocated_chunks)
+                st.null, st.shared_prefix_boundary, st.allocated_chunks,
+                load_failed=st.load_failed)
         return self._results[key]
 
     def lifecycle(self, key: tuple[int, str, int], config: Config, steps: list[Step]) -> None:
@@ -244,7 +251,12 @@ def _count_reoffers(totals: Totals, steps: list[Step]) -> None:
         this |= st.accepted
 
 
+AFTER_FAILED_LOAD = "a step after a failed load"
+
+
 def _subkind(totals: Totals, st: Step) -> None:
+    if st.load_failed is not None and st.load_failed[0]:
+        totals.sub[AFTER_FAILED_LOAD] += 1
     if st.kind == "lookup":
         totals.sub["lookup deferred" if st.note == "deferred" else "lookup answered"] += 1
     if st.kind in ("start", "loaded"):

@@ -25,6 +25,7 @@ step (``trace.step_line``). Run::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import random
 import sys
@@ -38,6 +39,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.request import RequestStatus
 
 from kvreach.spec import lifecycle as lc
+from kvreach.vllm_harness.conform_run import failures_settable
 from kvreach.vllm_harness.cpu_shims import hybrid_kv_cache_shim, write_offline_model
 from kvreach.vllm_harness.runner import (
     STOCK, SchedulerRun, Setup, KeysSpec, full, prompt_token_ids, swa,
@@ -99,12 +101,21 @@ class Recorder:
         self.cfg = {gi: i for i, gc in enumerate(self.off.config.kv_group_configs)
                     for gi in [gc.group_idx]}
         self.in_store = False
+        self.load_failed: dict[tuple[str, int], bool] = {}  # the last step's, per group
         self._wrap()
 
     def _cursor(self, st, gi):
         return st.group_states[self.cfg[gi]].next_stored_chunk_idx
 
     def _emit(self, req_id, gi, step):
+        """Append the step, with ``RequestOffloadState.load_failed`` (vLLM
+        0.34.0) before it (the group's previous step's after) and now."""
+        st = self.off._req_status.get(req_id)
+        if st is not None and hasattr(st, "load_failed"):
+            now = bool(st.load_failed)
+            step = dataclasses.replace(step, load_failed=(self.load_failed.get((req_id, gi), False),
+                                                          now))
+            self.load_failed[(req_id, gi)] = now
         self.traces[req_id].groups.setdefault(gi, []).append(step)
 
     def _wrap(self):
@@ -236,6 +247,67 @@ class Recorder:
         off.update_state_after_alloc = alloc
         off._build_store_jobs = build_store_jobs
 
+    def inject_failures(self, rng: random.Random, p_store: float = 0.04,
+                        p_load: float = 0.3) -> None:
+        """vLLM 0.34.0's failed transfers (``failures_settable``): the worker
+        reports a store job failed with probability ``p_store``, a load job
+        with ``p_load`` (``failed_jobs``; a failed load also in
+        ``failed_recving``, as 0.34.0's worker reports it, like
+        ``conform_run._inject_failures``). After ``update_from_output`` each
+        request with a failed job gets a ``store-failed`` / ``load-failed``
+        step per SWA group, its pre-state observed before the update and its
+        post-state after; a failed load whose request the update reset
+        (``"recompute"``) a ``load-failed`` step then ``load-recompute``, one
+        the update finished (``"fail"``) none (its ``error`` step is the next
+        store step's)."""
+        run, off, rec = self.run, self.off, self
+        real = run._update
+
+        def update(out, mro):
+            meta = out.kv_connector_metadata
+            wm = mro.kv_connector_output.kv_connector_worker_meta
+            kco = mro.kv_connector_output
+            failed: list[tuple[str, str]] = []
+            for jid, job in meta.store_jobs.items():
+                if rng.random() < p_store:
+                    wm.failed_jobs.add(jid)
+                    failed.append((job.req_id, "store-failed"))
+            for jid, job in meta.load_jobs.items():
+                if rng.random() < p_load:
+                    wm.failed_jobs.add(jid)
+                    kco.failed_recving = set(kco.failed_recving or ()) | {job.req_id}
+                    failed.append((job.req_id, "load-failed"))
+            pre = {}
+            for rid, _ in failed:
+                st = off._req_status.get(rid)
+                if st is not None and rid in rec.traces and rid not in pre:
+                    pre[rid] = (st, st.req, st.req.num_computed_tokens,
+                                {gi: rec._cursor(st, gi) for gi in rec.swa})
+            real(out, mro)
+            for rid, kind in failed:
+                if rid not in pre:
+                    continue
+                st, req, f0, cur = pre[rid]
+                if kind == "load-failed" and req.is_finished():
+                    # kv_load_failure_policy "fail": FINISHED_ERROR, the next
+                    # store step's error (the ghost no longer matters)
+                    for gi in rec.swa:
+                        rec.load_failed[(rid, gi)] = True
+                    continue
+                f1 = req.num_computed_tokens
+                for gi in rec.swa:
+                    c1 = rec._cursor(st, gi)
+                    if f1 == f0:
+                        rec._emit(rid, gi, Step(kind, 0, (f0, cur[gi]), (f1, c1),
+                                                note=f"status={req.status.name}"))
+                    else:  # the report, then _handle_failed_recving's reset (recompute)
+                        rec._emit(rid, gi, Step(kind, 0, (f0, cur[gi]), (f0, c1),
+                                                note="the worker's report"))
+                        rec._emit(rid, gi, Step("load-recompute", 0, (f0, c1), (f1, c1),
+                                                note=f"status={req.status.name}"))
+
+        run._update = update
+
 
 def random_setup(rng: random.Random) -> Setup:
     """A random setup inside the spec's scope (alignment_tokens % B == 0)."""
@@ -273,6 +345,9 @@ def record_run(model_dir: str, seed: int, n_requests: int = 30) -> Iterator[dict
     tier = TierManager(rng)
     tier.install(run.manager)
     rec = Recorder(run, tier)
+    if failures_settable():  # vLLM 0.34.0: failed transfers, either load-failure policy
+        run.scheduler.recompute_kv_load_failures = rng.random() < 0.5
+        rec.inject_failures(rng)
     pending = [(f"r{seed}-{i}", rng.randint(1, 160), rng.choice([0, 2, 20, 60, 120]),
                 rng.randint(0, 4)) for i in range(n_requests)]
     # a request ended early: aborted, or finished with FINISHED_ERROR (a

@@ -115,24 +115,37 @@ def _no_waste(ctx: Ctx):
     one chunk past the boundary at the chunk's start (an EAGLE lookup's
     queried chunk). Each loads the chunk iff its dense hit is nonzero, the
     chunk is in its loaded range, and no chunk of the run its lookup accepts
-    is missing from the rule's stores."""
+    is missing from the rule's stores.
+
+    With vLLM 0.34.0's lookahead hashes symbolic (``s.L``, the rows of
+    ``rows.models_lookahead``): the rule also keeps what a prefill of the
+    whole prompt stores at the prompt's hashed end (:func:`_kept_hashed`,
+    F14's class), and each witness has L tokens more (its keys cover
+    ``num_tokens - L`` tokens, ``LookupSym.L``: the same keys as without
+    the mode)."""
     from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
 
     s, c, H = ctx.s, ctx.c, ctx.final_horizon_chunks
+    la = s.L is not None
     off = z3.Int(OFFLOADABLE_TOKENS)
-    kept = lambda x: z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))  # noqa: E731
+
+    def kept(x):
+        at_final = z3.And(x >= 0, x < H, one_shot_mask(ctx, x, H))
+        return z3.Or(at_final, _kept_hashed(ctx, x)) if la else at_final
+
     b1 = (c * s.C / s.A + 1) * s.A
     b0 = c * s.C / s.A * s.A
     prem = ctx.base() + [H >= 1, H == off / s.C, off >= 0, off <= NO_WASTE_MAX_TOKENS,
                          z3.Implies(s.prompt_only, off <= s.P), kept(c)]
     fails = []
     for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
-        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant, ctx.release)
-        shared = z3_min(T, off)
-        prem += [lk.well_formed(), link(s, lk), lk.num_tokens == T, lk.local_hit_tokens == 0,
+        lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant, ctx.release, lookahead=la)
+        shared = z3_min(T, off)  # with L: the keys' tokens (num_tokens - L) shared
+        prem += [lk.well_formed(), link(s, lk), lk.num_tokens == (T + s.L if la else T),
+                 lk.local_hit_tokens == 0,
                  z3.Not(lk.has_max_load), ctx.lk.has_full == lk.has_full,
                  ctx.lk.full_block_tokens == lk.full_block_tokens, ctx.lk.W == lk.W,
-                 ctx.lk.extra == lk.extra]
+                 ctx.lk.extra == lk.extra] + ([lk.L == s.L] if la else [])
         t = lookup(lk, prefix_keys(z3.If(lk.has_full, shared / lk.C_full, 0), shared / lk.C))
         c2 = z3.Int(f"witness{i}_missing_chunk")
         fails.append(z3.Or(
@@ -140,6 +153,39 @@ def _no_waste(ctx: Ctx):
             z3.And(t.swa_verified[0] <= c2, c2 < t.swa_verified[1], z3.Not(kept(c2)))))
     prem += [ctx.lk.well_formed(), link(s, ctx.lk)]
     return [flat_query(Query(prem, z3.And(fails)))]
+
+
+def _kept_hashed(ctx: Ctx, x) -> z3.BoolRef:
+    """vLLM 0.34.0 with lookahead hashes on (L >= 1): chunk ``x`` is one a
+    prefill of the whole prompt stores (every prefill step sees
+    ``num_tokens`` = the prompt, so its prompt horizon is the hashed end
+    ``prompt_horizon_at(P)``, taken as final: F14), for a request that
+    then reaches its final horizon ``H`` (at least that end)."""
+    s, H = ctx.s, ctx.final_horizon_chunks
+    Hh = s.prompt_horizon_at(s.P)
+    return z3.And(s.lookahead, Hh <= H, x >= 0, x < Hh, one_shot_mask(ctx, x, Hh))
+
+
+def _lookahead_example_geometry() -> Geometry:
+    """F14's groups (``scenarios.LOOKAHEAD_HASHED_END``): full-attention
+    block 8, SWA block 2, window 4."""
+    from kvreach.proofs.scenarios import LOOKAHEAD_HASHED_END as ex
+
+    return Geometry("F14 (lookahead hashes, hashed end)", ex.full_block_size,
+                    ex.swa_block_size, ex.window, example=(ex.prompt, ex.budget))
+
+
+def _no_waste_lookahead_pins(ctx: Ctx) -> list:
+    """F14's request (a 14-token prompt, L = 1, ``tokens_per_hash`` 2) with
+    the chunk kept only at the prompt's hashed end, not at the final
+    horizon: the class the mode adds."""
+    from kvreach.proofs.scenarios import LOOKAHEAD_HASHED_END as ex
+    from kvreach.scenario import tokens_per_hash
+
+    s = ctx.s
+    return [s.P == ex.prompt, s.prompt_only, z3.Not(s.has_max), s.L == ex.hash_lookahead_tokens,
+            s.tokens_per_hash == tokens_per_hash(ex),
+            z3.Not(one_shot_mask(ctx, ctx.c, ctx.final_horizon_chunks))]
 
 
 def _prefix_scan(ctx: Ctx):
@@ -356,6 +402,17 @@ def _no_waste_scope(variant: str | None) -> str:
             "sharing a prefix)" + SCOPE_FULL_NOT_EAGLE)
 
 
+# no-waste's rows with L symbolic: how its one-shot world reads L
+_NO_WASTE_LOOKAHEAD_SCOPE = (
+    "; with L >= 1 the rule also keeps what a prefill of the whole prompt in one step stores "
+    "at the prompt's hashed end (its keep decision there, for a request whose final horizon "
+    "is at least that end), and each witness later request is L tokens longer (its keys "
+    "cover num_tokens - L tokens, no legacy EAGLE drop); the search first at F14's example "
+    "(full block 8, SWA block 2, window 4, a 14-token prompt, L = 1) for a chunk kept only "
+    "at the hashed end"
+)
+
+
 def _run_stored_scope(variant: str) -> str:
     return (f"bounded: later requests of at most {RUN_STORED_BOUND_CHUNKS} SWA chunks (any "
             "length up to that, GPU-local hit, max_load_tokens), the dense store any prefix of "
@@ -386,7 +443,11 @@ NO_WASTE = Obligation(
     queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
-    reads=LOOKUP_PARTS,
+    # vLLM 0.34.0's lookahead hashes (L symbolic: rows.models_lookahead): the
+    # prefill's stores at the hashed end, the witnesses' keys; F14
+    reads=LOOKUP_PARTS | {"lookahead_hashes"},
+    lookahead_example=(_lookahead_example_geometry(), _no_waste_lookahead_pins),
+    lookahead_scope=_NO_WASTE_LOOKAHEAD_SCOPE,
     vllm_replay=Replay("no-waste", on_releases=True), witness=unloaded_kept_chunk,
 )
 LOOKUP_PREFIX_SCAN = Obligation(

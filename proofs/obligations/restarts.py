@@ -96,9 +96,9 @@ def _computed_lemmas(ctx, pre, tr, post):
     it is computed; steps that store nothing submit nothing. (Z3 decides each
     in well under a second; the property as one query it does not decide
     within the row's budget.)"""
-    from kvreach.spec.lifecycle import TRANSITIONS
+    from kvreach.spec.lifecycle import table
 
-    quiet = z3.Or([tr.kind == t.kind for t in TRANSITIONS if not t.stores])
+    quiet = z3.Or([tr.kind == t.kind for t in table("vllm", ctx.release) if not t.stores])
     return [z3.Implies(z3.Not(quiet), tr.n * ctx.s.C <= post.f),
             z3.Implies(tr.submitted, ctx.c < tr.n),
             z3.Implies(z3.And(z3.Not(quiet), 0 <= ctx.c, ctx.c < tr.n),
