@@ -284,7 +284,7 @@ def run(rule: str, g: GroupConfig, req: RequestConfig, lc: Lifecycle, *,
 
 
 # ---------------------------------------------------------------------------
-# world "vllm": the kinds of kvreach.spec.lifecycle.TRANSITIONS, step by step
+# world "restarts": the kinds of kvreach.spec.lifecycle.TRANSITIONS, step by step
 # ---------------------------------------------------------------------------
 
 OUTCOMES = ("accept", "partial", "refused")  # prepare_store: every key, some, None
@@ -297,7 +297,7 @@ _FAILURES = ("store-failed", "load-failed", "load-recompute")
 
 @dataclass(frozen=True)
 class VllmStep:
-    """One scheduler step of world "vllm" (``kvreach.spec.lifecycle.TRANSITIONS``).
+    """One scheduler step of world "restarts" (``kvreach.spec.lifecycle.TRANSITIONS``).
 
     scheduled_tokens: the step's tokens (prefill / recompute), the hit tokens
         (start / loaded: ``num_computed_tokens`` after admission).
@@ -462,7 +462,7 @@ def vllm_step(rule: str, g: GroupConfig, req: RequestConfig, f: int, cursor: int
 def run_vllm(rule: str, g: GroupConfig, req: RequestConfig,
              plan: list[VllmStep], release: Release = DEFAULT_RELEASE,
              ) -> tuple[VllmStepResult, ...]:
-    """Drive one request through ``plan`` (world "vllm") from frontier 0 and
+    """Drive one request through ``plan`` (world "restarts") from frontier 0 and
     cursor 0 under ``release`` (:func:`vllm_step`); the steps after the one
     that ends the request are refused. An incarnation starts at a lookup
     and, with the cursor kept on lookup, at a preemption too (the spec's

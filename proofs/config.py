@@ -60,14 +60,14 @@ SCOPE_SYMBOLIC = SCOPE_PARAMS + (
 )
 # a static row's (one may state its own)
 SCOPE_STATIC = SCOPE_SYMBOLIC + "; a single symbolic chunk / boundary / horizon (no steps)"
-# world "vllm" (proofs/obligations/restarts.py adds what the world is)
-SCOPE_WORLD_VLLM = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
+# world "restarts" (proofs/obligations/restarts.py adds what the world is)
+SCOPE_WORLD_RESTARTS = SCOPE_PARAMS + "; excluded: alignment_tokens % B != 0; "
 
 
 # A row whose releases have lookahead block hashes (vLLM 0.34.0) and whose
 # obligation does not read the part: the row is about num_hash_lookahead_tokens L = 0 only
-# (no EAGLE/MTP draft, or disable_lookahead_block_hashes); and world "vllm"'s
-# 0.34.0's junction and failed transfers (SCOPE_WORLD_VLLM_034).
+# (no EAGLE/MTP draft, or disable_lookahead_block_hashes); and world "restarts"'s
+# 0.34.0's junction and failed transfers (SCOPE_WORLD_RESTARTS_034).
 SCOPE_LOOKAHEAD_OFF = (
     "; vLLM 0.34.0 with lookahead block hashes off only (num_hash_lookahead_tokens L = 0: "
     "no EAGLE/MTP draft, or disable_lookahead_block_hashes; L >= 1 is not modelled)"
@@ -79,7 +79,7 @@ SCOPE_LOOKAHEAD_SYMBOLIC = (
     "hashed prompt horizon, an EAGLE group stored as a plain SWA group without a final tail), "
     "tokens_per_hash >= 1 dividing B and the alignment; the counterexample search tries L >= 1 first"
 )
-SCOPE_WORLD_VLLM_034 = (
+SCOPE_WORLD_RESTARTS_034 = (
     "; 0.34.0's shared-prefix junction on lookup within shared_prefix_boundary's any value; "
     "its failed transfers as steps: store-failed (the job dropped, its chunks submitted, the "
     "cursor past them), load-failed (load_failed set, the frontier kept; enabled at any point, "

@@ -51,7 +51,7 @@ def lookahead_example_pins(ctx, trs) -> list:
 
 def scheduler_cut(ctx, sts, trs) -> list:
     """Prefill steps take ``min(budget, remaining)`` tokens, as vLLM's
-    scheduler does for a lone request. World "vllm": a plain manager and
+    scheduler does for a lone request. World "restarts": a plain manager and
     request first (every store accepted, no null block, blocks allocated for
     every storable chunk, no shared-prefix boundary)."""
     s = ctx.s
@@ -178,8 +178,8 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
     return out
 
 
-def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
-    """A world-"vllm" counterexample (``proofs/obligations/restarts.py``): the steps with
+def decode_bmc_restarts(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
+    """A world-"restarts" counterexample (``proofs/obligations/restarts.py``): the steps with
     their kinds, sizes, the manager's answers and the tracked chunk's null
     block, replayed through ``kvreach.impl.lifecycle.run_vllm``."""
     from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm
@@ -199,7 +199,7 @@ def decode_bmc_vllm(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
     out = {
         "chunk": c, "budget": _v(m, ctx.budget),
         "config": {"group": g.__dict__, "request": r.__dict__},
-        "world": "vllm",
+        "world": "restarts",
         # the spec's null blocks are chunk-level (``null``): no ``null_blocks``
         "plan": [{k: v for k, v in st.__dict__.items() if k != "null_blocks"}
                  | {"accepted": sorted(st.accepted), "null": sorted(st.null)} for st in plan],

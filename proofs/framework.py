@@ -46,7 +46,7 @@ class Ctx:
     # (``spec.lookup.LOOKUP_VARIANTS``), fixed when the context is made
     lookup_variant: str = "vllm-0.33"
     # the vLLM release (``kvreach.releases``) whose parts the spec applies
-    # (lookup, mask window, world "vllm"'s cursor and null filter)
+    # (lookup, mask window, world "restarts"'s cursor and null filter)
     release: Release = DEFAULT_RELEASE
     # the lifecycle steps built on this context (``induction``: one per
     # obligation and pins, shared by an induction step and its lemma
@@ -146,14 +146,14 @@ class Obligation:
     rules: tuple[str, ...] | None = None  # the rules it is run for (None: every rule)
     grid: tuple | None = None  # geometries (proofs.geometries): one proof per geometry
     # the world of kvreach.spec.lifecycle.table: "single" (one incarnation, every
-    # store accepted; rests on the invariant obligation) or "vllm" (restarts,
+    # store accepted; rests on the invariant obligation) or "restarts" (
     # preemption, the manager's answers; the obligation's own `invariant`,
     # (ctx, state) -> Bool, proved in the same row by base case and step);
     # "neighbours": world (b), static
     world: str = "single"
     invariant: Callable | None = None
     bmc_depths: tuple[int, ...] | None = None  # None: the runner's BMC_DEPTHS
-    # world "vllm": facts of one step, (ctx, pre, tr, post) -> [Bool], each
+    # world "restarts": facts of one step, (ctx, pre, tr, post) -> [Bool], each
     # proved from the step's premise on its own, then assumed by the main query
     lemmas: Callable | None = None
     # ctx -> [[Bool]], counterexample shapes the real scheduler can run
@@ -184,7 +184,7 @@ class Obligation:
     vllm_replay: Replay | None = None
     # (trace, load model, cex) -> the chunks witnessing the violation in the
     # decoded counterexample's replay through the executable rule (the trace
-    # of ``impl.lifecycle.run``, world "vllm": the steps of ``run_vllm``);
+    # of ``impl.lifecycle.run``, world "restarts": the steps of ``run_vllm``);
     # [] if the replay does not show it. ``witness``, where given, comes first.
     trace_witness: Callable | None = None
     # a static obligation whose counterexample is a chunk set at one horizon,

@@ -1,5 +1,5 @@
 """The queries of a lifecycle obligation: the induction step (one
-transition from any state satisfying the invariant, with a world-"vllm"
+transition from any state satisfying the invariant, with a world-"restarts"
 obligation's step lemmas), the invariant's base case, and bounded model
 checking (BMC) from the initial state, whose models are the concrete
 counterexamples the runner reports.
@@ -16,7 +16,7 @@ from kvreach.spec.lifecycle import K_ABORT, K_DECODE, K_FINISH, K_PREFILL, State
 
 def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
     """One transition from an arbitrary invariant state (induction step). In
-    world "vllm" the invariant is the obligation's own, and its preservation
+    world "restarts" the invariant is the obligation's own, and its preservation
     by a running step is part of the violation."""
     if ob.world == "single":
         pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
@@ -24,18 +24,18 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
                         world=ob.world, release=ctx.release)
         prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
         return Query(prem, ob.step_violation(ctx, pre, tr, post))
-    pre, tr, post, prem, lems = _vllm_step(ob, ctx)
+    pre, tr, post, prem, lems = _restarts_step(ob, ctx)
     return _named(ob, Query(prem + lems, ob.step_violation(ctx, pre, tr, post)))
 
 
 def _fresh(tag: str, ob: Obligation, ctx: Ctx) -> State:
-    """A state of the obligation's world; world "vllm" of a release with
+    """A state of the obligation's world; world "restarts" of a release with
     failed transfers has the ``load_failed`` ghost."""
-    return State.fresh(tag, ob.world, ob.world == "vllm" and ctx.release.failed_transfers)
+    return State.fresh(tag, ob.world, ob.world == "restarts" and ctx.release.failed_transfers)
 
 
-def _vllm_step(ob: Obligation, ctx: Ctx):
-    """-> (pre, transition, post, premise, lemmas) of a world-"vllm" step:
+def _restarts_step(ob: Obligation, ctx: Ctx):
+    """-> (pre, transition, post, premise, lemmas) of a world-"restarts" step:
     built once per context, obligation and pins, shared by the induction
     step and its lemma queries (the same symbol names, so the same terms
     either way)."""
@@ -63,7 +63,7 @@ def _named(ob: Obligation | None, q: Query) -> Query:
 
 
 def _step_lemmas(ob: Obligation, ctx: Ctx, pre, tr, post) -> list:
-    """A world-"vllm" obligation's step facts, in order: a running step keeps
+    """A world-"restarts" obligation's step facts, in order: a running step keeps
     its invariant (the induction step's second half, decided on its own:
     Z3 takes far longer on the disjunction of the two), then its own lemmas."""
     keeps = z3.Implies(z3.Not(tr.finished), ob.invariant(ctx, post))
@@ -71,18 +71,18 @@ def _step_lemmas(ob: Obligation, ctx: Ctx, pre, tr, post) -> list:
 
 
 def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
-    """Each of a world-"vllm" obligation's step lemmas from the step's premise
+    """Each of a world-"restarts" obligation's step lemmas from the step's premise
     and the lemmas before it (the terms are those of
     :func:`lifecycle_step_query`: same names)."""
     if ob.world == "single":
         return []
-    _, _, _, prem, lems = _vllm_step(ob, ctx)
+    _, _, _, prem, lems = _restarts_step(ob, ctx)
     return [_named(ob, Query(prem + lems[:i], z3.Not(lem))) for i, lem in enumerate(lems)]
 
 
 def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
     """The initial state satisfies the invariant (the rule's, or a world
-    "vllm" obligation's own)."""
+    "restarts" obligation's own)."""
     world = "single" if ob is None else ob.world
     st = State.fresh("init", world) if ob is None else _fresh("init", ob, ctx)
     inv = invariant(ctx.s, ctx.rule, st, ctx.c) if world == "single" else ob.invariant(ctx, st)
@@ -91,7 +91,7 @@ def invariant_base_query(ctx: Ctx, ob: Obligation | None = None) -> Query:
 
 def bmc_query(ob: Obligation, ctx: Ctx, depth: int):
     """``depth`` transitions from the initial state, the last one an end; the
-    steps before it run (world "single": prefill or decode; "vllm": any kind
+    steps before it run (world "single": prefill or decode; "restarts": any kind
     that does not end the request)."""
     sts = [_fresh(f"s{i}", ob, ctx) for i in range(depth + 1)]
     trs = [

@@ -29,13 +29,13 @@ LOOKUP_PARTS = frozenset({
     "mask_window_extra", "lookup_window_extra", "padded_initial_window", "eagle_widening",
     "max_load_tokens", "swa_reduction_before_caps",
 })
-# World "vllm" (``spec.lifecycle``: the cursor on a lookup, the null-block
+# World "restarts" (``spec.lifecycle``: the cursor on a lookup, the null-block
 # filter, the error finish's cap by the computed tokens, and 0.34.0's failed
 # transfers: the steps store-failed, load-failed and load-recompute, the load_failed ghost
 # that disables a loaded start). 0.34.0's ``junction_on_lookup`` changes no
-# world-"vllm" query: ``shared_prefix_boundary`` is already any value at
+# world-"restarts" query: ``shared_prefix_boundary`` is already any value at
 # every step.
-WORLD_VLLM_PARTS = frozenset({"cursor_on_lookup", "null_block_filter", "finish_computed_clamp",
+WORLD_RESTARTS_PARTS = frozenset({"cursor_on_lookup", "null_block_filter", "finish_computed_clamp",
                               "failed_transfers"})
 
 # rule -> the releases whose store rule it is (kvreach's own rule: none)

@@ -27,7 +27,7 @@ from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (each module patched where it reads them).
 from kvreach.proofs.config import (
     BMC_DEPTHS, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF, SCOPE_LOOKAHEAD_SYMBOLIC,
-    SCOPE_WORLD_VLLM_034, VACUITY_RL,
+    SCOPE_WORLD_RESTARTS_034, VACUITY_RL,
 )
 from kvreach.proofs.framework import Ctx, Query, Role
 from kvreach.proofs.induction import invariant_base_query, lemma_queries, lifecycle_step_query
@@ -122,8 +122,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
             scope += f"; a counterexample searched with L = {PINNED_L[-1]}"
     elif any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)):
         scope += SCOPE_LOOKAHEAD_OFF
-    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)) and ob.world == "vllm":
-        scope += SCOPE_WORLD_VLLM_034
+    if any(release_of(v).lookahead_hashes for v in matrix.versions(vllm)) and ob.world == "restarts":
+        scope += SCOPE_WORLD_RESTARTS_034
     detail = ""
     cex = None
     if ob.kind == "static":
@@ -157,7 +157,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
                       release=release)
         q = lifecycle_step_query(ob, ctx)
         r = rq = z3.unsat
-        for lq in lemma_queries(ob, ctx):  # world "vllm": proved first, then assumed
+        for lq in lemma_queries(ob, ctx):  # world "restarts": proved first, then assumed
             r, _ = decide(lq, ctx, True, meter)
             if r != z3.unsat:
                 rq = None  # a lemma fails: the main query is not run

@@ -168,7 +168,7 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("F10", "every restart (a new lookup) offers the computed chunks again; only "
             "prepare_store's de-duplication keeps them from a second transfer",
             "exactly-once-restarts",
-            no_scenario="a restart is a transition of world \"vllm\" (preemption, a resumed "
+            no_scenario="a restart is a transition of world \"restarts\" (preemption, a resumed "
             "lookup), which simulate's single incarnation does not have"),
     Finding("F11", "vLLM 0.29.0 and 0.30.0's lookups load chunks the manager answered MISS and "
             "their own CPUOffloadingManager.prepare_load asserts; 0.31.0 on load only HIT keys",
@@ -191,7 +191,7 @@ FINDINGS: tuple[Finding, ...] = (
             "reset preempted reloads from the offload tier in the next step; 0.33.0 runs it",
             "replaying exactly-once-restarts' counterexamples on the releases' own code",
             no_scenario="a cache reset's preemption and a loaded start in the next step are "
-            "transitions of world \"vllm\" and the connector's transfer-job bookkeeping, "
+            "transitions of world \"restarts\" and the connector's transfer-job bookkeeping, "
             "which simulate's single incarnation does not have",
             release_replays=(
                 ReleaseReplay("exactly-once-restarts", (
@@ -207,7 +207,7 @@ FINDINGS: tuple[Finding, ...] = (
             "whole prompt, chunks whose tokens were never computed; 0.34.0 caps the finish by "
             "the computed tokens and stores none",
             "computed-before-stored-restarts",
-            no_scenario="the error finish is a transition of world \"vllm\" (the proof run's "
+            no_scenario="the error finish is a transition of world \"restarts\" (the proof run's "
             "counterexample, decoded by kvreach counterexample computed-before-stored-restarts); "
             "tests/vllm/test_error_finish_vllm.py runs the 8-token case on the installed "
             "release's scheduler"),

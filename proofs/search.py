@@ -78,7 +78,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
                 if r == z3.sat:
                     break
             if r == z3.sat:
-                dec = decode.decode_bmc if ob.world == "single" else decode.decode_bmc_vllm
+                dec = decode.decode_bmc if ob.world == "single" else decode.decode_bmc_restarts
                 cex = dec(m, ctx, sts, trs, depth, replay=store_fn is None)
                 if geometry is not None:
                     cex["geometry"] = geometry.name

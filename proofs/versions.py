@@ -25,7 +25,7 @@ END = "<!-- END verdict matrix -->"
 
 WORLDS = (("single", "World single (one request, every store accepted)"),
           ("neighbours", "World (b) (same-rule neighbours)"),
-          ("vllm", 'World "vllm" (restarts, preemption, the manager\'s answers)'))
+          ("restarts", 'World "restarts" (preemption, the manager\'s answers)'))
 
 Key = tuple[str, str, str]
 

@@ -316,7 +316,7 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
     }
 
 
-# --- world "vllm": is a concrete step a transition of the spec? -------------
+# --- world "restarts": is a concrete step a transition of the spec? -------------
 
 
 def _member(c, values) -> z3.BoolRef:
@@ -327,8 +327,8 @@ NO_CAP = 2**31  # allocated_chunks None: blocks and keys for every storable chun
 
 
 class StepChecker:
-    """One configuration's world-"vllm" transition relation
-    (``spec.lifecycle.transition(world="vllm")``), built once; :meth:`explain`
+    """One configuration's world-"restarts" transition relation
+    (``spec.lifecycle.transition(world="restarts")``), built once; :meth:`explain`
     pins a concrete step (recorded from vLLM by trace validation, or run by
     ``impl.lifecycle.run_vllm``) and asks (A) is it a transition, (B) does the
     spec offer and submit exactly its chunks. ``rlimit``: Z3 resources per check;
@@ -353,7 +353,7 @@ class StepChecker:
                              z3.Bool("ended_post"), load_failed=ghost("post"))
         self.c = z3.Int("chunk")
         self.tr = lc.transition(s, rule, self.pre, self.post, self.c, z3.IntVal(budget), "t",
-                                world="vllm", release=release)
+                                world="restarts", release=release)
         self.rlimit = rlimit
         self.solver = z3.SimpleSolver()
         self.solver.add(s.well_formed(), s.equals(g, r), self.tr.constraints)

@@ -20,7 +20,7 @@ docs/lifecycle.md): a change in the table changes both.
   sampled token is never fed); tokens per ``finish_tokens``;
 - ``abort``: ``FINISHED_ABORTED`` at any point; the store side reads
   ``num_computed_tokens = f``.
-- ``store-failed``, ``load-failed``, ``load-recompute`` (world "vllm", a release with
+- ``store-failed``, ``load-failed``, ``load-recompute`` (world "restarts", a release with
   ``failed_transfers``, 0.34.0): the worker reports a transfer job of the
   request failed (``_update_connector_output``, ``TransferJob.failed``). A
   failed store job is dropped (``complete_store(success=False)``): its
@@ -35,7 +35,7 @@ docs/lifecycle.md): a change in the table changes both.
   ``num_computed_tokens = 0``, the request waits for its next lookup;
   enabled only after a failed load) or an ``error`` step under ``"fail"``
   (below).
-- ``error`` (world "vllm"): ``FINISHED_ERROR`` at any point (a grammar or
+- ``error`` (world "restarts"): ``FINISHED_ERROR`` at any point (a grammar or
   encoder error, or from 0.34.0 a failed offload load under
   ``kv_load_failure_policy="fail"``), before the prompt is computed too; the
   store side reads a finished request's tokens, ``finish_tokens`` (0.34.0
@@ -64,7 +64,7 @@ from kvreach.spec.rules import (
 )
 
 K_PREFILL, K_DECODE, K_FINISH, K_ABORT = range(4)
-# vLLM 0.33.0's further steps (world "vllm", docs/lifecycle.md): a resumed
+# vLLM 0.33.0's further steps (world "restarts", docs/lifecycle.md): a resumed
 # request recomputing past its prompt, preemption, the offload lookup's reset,
 # the start of an incarnation with a hit (cursor 0, or the loaded chunk count
 # under OffloadPolicy.CHUNK_LEVEL).
@@ -80,13 +80,13 @@ K_ERROR = 10
 # Scheduler._handle_failed_recving under kv_load_failure_policy="recompute".
 K_STORE_FAILED, K_LOAD_FAILED, K_LOAD_RECOMPUTE = 11, 12, 13
 FAILURE_KINDS = (K_STORE_FAILED, K_LOAD_FAILED, K_LOAD_RECOMPUTE)
-# The manager's answer to prepare_store (world "vllm"): every key accepted,
+# The manager's answer to prepare_store (world "restarts"): every key accepted,
 # some keys (PARTIAL; de-duplication or capacity), or None (REFUSED).
 O_ACCEPT, O_PARTIAL, O_REFUSED = range(3)
 OUTCOMES = ("accept", "partial", "refused")
 # The worlds transition() is built for: "single" is one incarnation of one
 # request from zero computed tokens whose every store the manager accepts
-# (the existing obligations); "vllm" adds the kinds and outcomes above.
+# (the existing obligations); "restarts" adds the kinds and outcomes above.
 BASE_KINDS = (K_PREFILL, K_DECODE, K_FINISH, K_ABORT)
 
 
@@ -96,22 +96,22 @@ class State:
     cursor: z3.ArithRef
     stored: z3.BoolRef
     ended: z3.BoolRef
-    # world "vllm" ghost: the tracked chunk was submitted in this incarnation
+    # world "restarts" ghost: the tracked chunk was submitted in this incarnation
     # (since the last get_num_new_matched_tokens); None in world "single"
     stored_inc: z3.BoolRef | None = None
-    # world "vllm" of a release with failed transfers: a load of the request
+    # world "restarts" of a release with failed transfers: a load of the request
     # failed (RequestOffloadState.load_failed); None otherwise
     load_failed: z3.BoolRef | None = None
 
     @staticmethod
     def fresh(tag: str, world: str = "single", failures: bool = False) -> "State":
-        """``failures``: the state has :attr:`load_failed` (world "vllm" of a
+        """``failures``: the state has :attr:`load_failed` (world "restarts" of a
         release with ``failed_transfers``)."""
         return State(
             z3.Int(f"f_{tag}"), z3.Int(f"cursor_{tag}"),
             z3.Bool(f"stored_{tag}"), z3.Bool(f"ended_{tag}"),
-            z3.Bool(f"stored_inc_{tag}") if world == "vllm" else None,
-            z3.Bool(f"load_failed_{tag}") if world == "vllm" and failures else None,
+            z3.Bool(f"stored_inc_{tag}") if world == "restarts" else None,
+            z3.Bool(f"load_failed_{tag}") if world == "restarts" and failures else None,
         )
 
 
@@ -125,15 +125,15 @@ class Transition:
     finished: z3.BoolRef
     constraints: z3.BoolRef
     off: z3.ArithRef | None = None  # offloadable tokens of the step
-    # world "vllm": the chunk is offered to prepare_store (the rule keeps it
+    # world "restarts": the chunk is offered to prepare_store (the rule keeps it
     # and none of its reachable blocks is null), the manager's outcome, the
     # manager accepts the chunk (PARTIAL), a reachable block of it is null
     offered: z3.BoolRef | None = None
     outcome: z3.ArithRef | None = None
     accepted: z3.BoolRef | None = None
     null: z3.BoolRef | None = None
-    shared_prefix_boundary: z3.ArithRef | None = None  # tokens, world "vllm"
-    allocated_chunks: z3.ArithRef | None = None  # world "vllm": the cap on n
+    shared_prefix_boundary: z3.ArithRef | None = None  # tokens, world "restarts"
+    allocated_chunks: z3.ArithRef | None = None  # world "restarts": the cap on n
 
 
 def init(st: State) -> z3.BoolRef:
@@ -174,7 +174,7 @@ class TransitionDef:
     status: str
     ends: bool
     # False: the step runs no _build_store_jobs for the request; the cursor
-    # after it is new_cursor(s, pre, sched) (world "vllm" only)
+    # after it is new_cursor(s, pre, sched) (world "restarts" only)
     stores: bool = True
     new_cursor: Callable[..., z3.ArithRef] | None = None
 
@@ -216,7 +216,7 @@ TRANSITIONS: tuple[TransitionDef, ...] = (
         num_tokens=lambda s, pre: num_tokens(s, pre.f),
         status="FINISHED_ABORTED", ends=True,
     ),
-    # --- world "vllm" only ------------------------------------------------
+    # --- world "restarts" only ------------------------------------------------
     TransitionDef(
         # a resumed request recomputes its prompt and earlier outputs as
         # prefill; a step reaching past the prompt is this kind. The store side
@@ -384,7 +384,7 @@ def table(world: str = "single", release: Release = DEFAULT_RELEASE) -> tuple[Tr
     ``load-failed``, ``load-recompute``, and ``loaded`` disabled after a
     failed load; the other releases' table has none of them); :data:`TRANSITIONS` is 0.33.0's with
     the failure kinds."""
-    if world == "vllm":
+    if world == "restarts":
         if release.cursor_on_lookup not in CURSOR_ON_LOOKUP:
             raise ValueError(f"cursor_on_lookup={release.cursor_on_lookup!r}: "
                              f"expected one of {CURSOR_ON_LOOKUP}")
@@ -464,15 +464,15 @@ def transition(
 
     World ``"single"`` (the default: one request, one incarnation, every
     store accepted, the world of each obligation that does not name
-    ``"vllm"``) builds only the terms of the steps in ``BASE_KINDS``
-    (``table("single")``). World ``"vllm"`` adds the steps
+    ``"restarts"``) builds only the terms of the steps in ``BASE_KINDS``
+    (``table("single")``). World ``"restarts"`` adds the steps
     that run no store (preempt, lookup, start, start-loaded: the cursor
     follows the entry's ``new_cursor``), ``recompute``, the manager's outcome
     (``outcome_<tag>``: accept / partial / refused, ``accepted_<tag>`` the
     key accepted under partial) and null blocks (``null_<tag>``: a reachable
     block of the chunk is null, so it is not offered).
 
-    ``release`` (world ``"vllm"``): the vLLM release whose cursor on lookup
+    ``release`` (world ``"restarts"``): the vLLM release whose cursor on lookup
     and null-block filter the step has (``kvreach.releases``; default
     0.33.0). Cursor kept (before 0.33.0): :func:`table`'s lookup and starts,
     and the incarnation ghost ``stored_inc`` also ends at a preemption (the
@@ -488,14 +488,14 @@ def transition(
     is the same (the executable filter over block ids is
     ``kvreach.impl.release_rules.offered_chunks``)."""
     entries = table(world, release)
-    if world == "vllm" and release.null_block_filter not in NULL_BLOCK_FILTERS:
+    if world == "restarts" and release.null_block_filter not in NULL_BLOCK_FILTERS:
         raise ValueError(f"null_block_filter={release.null_block_filter!r}: "
                          f"expected one of {NULL_BLOCK_FILTERS}")
     kind = z3.Int(f"kind_{tag}")
     sched = z3.Int(f"sched_{tag}")
     aux = {"wc": z3.Int(f"wc_{tag}")}
     spb = None
-    if world == "vllm":
+    if world == "restarts":
         # Request.shared_prefix_boundary at this step: set by
         # KVCacheManager.get_computed_blocks at admission; any value >= 0
         spb = aux["shared_prefix_boundary"] = z3.Int(f"shared_prefix_boundary_{tag}")
@@ -508,7 +508,7 @@ def transition(
         aux["num_tokens"] = nt_step
     n = storable_chunks(s, rule, off, finished)
     allocated = None
-    if world == "vllm":
+    if world == "restarts":
         # RequestOffloadState.storable_chunks caps the count by the allocated
         # and keyed chunks (len(block_ids) // blocks_per_chunk, len(offload_keys)):
         # e.g. a request aborted while its offload load is pending has none

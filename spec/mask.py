@@ -74,7 +74,7 @@ def chunk_reachable(s: SymConfig, c, F=None, tail_off_by_one: bool = False,
     ``>=``. ``boundaries``: further reachable boundaries (tokens, 0 = none)
     beside the replay boundary, as ``_build_store_jobs`` adds
     ``Request.shared_prefix_boundary`` with a retention interval (world
-    "vllm", finding F8)."""
+    "restarts", finding F8)."""
     first = c * s.bpc
     last = first + s.bpc - 1
     r = (last - s.shift) % s.per_segment

@@ -75,7 +75,7 @@ def v033_store(s: SymConfig, cursor, n, finished, c, aux, horizon_at_frontier: b
     ``horizon_at_frontier``: the step's count taken as the final end (the
     pre-fix horizon); ``final_tail=False``: no final-segment tail;
     ``skip_stored=False``: the reconsideration forgets what was stored.
-    ``aux["shared_prefix_boundary"]`` (world "vllm"): ``Request.shared_prefix_boundary``,
+    ``aux["shared_prefix_boundary"]`` (world "restarts"): ``Request.shared_prefix_boundary``,
     a further reachable boundary with a retention interval (F8).
     ``aux["num_tokens"]`` (lookahead rows): the step's ``Request.num_tokens``,
     whose hashed end caps ``prompt_offloadable_tokens`` (vLLM 0.34.0 with

@@ -247,7 +247,7 @@ def spec_element_users() -> dict[str, set[str]]:
                 O.lifecycle_step_query(ob, ctx)
                 if ob.role is Role.INVARIANT:
                     O.invariant_base_query(_ctx(rule, model))
-                elif ob.world != "single":  # world "vllm": the row's own base case
+                elif ob.world != "single":  # world "restarts": the row's own base case
                     O.invariant_base_query(_ctx(rule, model), ob)
     finally:
         sys.setprofile(None)

@@ -1,9 +1,9 @@
-"""impl == spec in world "vllm": every step of
+"""impl == spec in world "restarts": every step of
 ``kvreach.impl.lifecycle.run_vllm`` (preempt, lookup, start / loaded with a
 hit, recompute, decode and decode-async, finish, abort; prepare_store
 accepting, taking a subset or refusing; null blocks; a shared-prefix boundary;
 the allocated-chunk cap) is a transition of
-``kvreach.spec.lifecycle.transition(world="vllm")`` with its values pinned,
+``kvreach.spec.lifecycle.transition(world="restarts")`` with its values pinned,
 and the spec offers and submits exactly the chunks the impl does."""
 
 from __future__ import annotations

@@ -125,13 +125,13 @@ def test_semantic_check_can_fail(monkeypatch):
 
 def test_table_shape():
     assert [t.kind for t in lc.table()] == [K_PREFILL, K_DECODE, K_FINISH, K_ABORT]
-    assert [t.kind for t in lc.TRANSITIONS] == list(range(14))  # world vllm's kinds after the four
+    assert [t.kind for t in lc.TRANSITIONS] == list(range(14))  # world restarts' kinds after the four
     # the failed transfers (store-failed, load-failed, load-recompute) are 0.34.0's steps only
     from kvreach import releases
 
     failures = {"store-failed", "load-failed", "load-recompute"}
-    assert failures <= {t.name for t in lc.table("vllm", releases.V0_34_0)}
-    assert not failures & {t.name for t in lc.table("vllm", releases.V0_33_0)}
+    assert failures <= {t.name for t in lc.table("restarts", releases.V0_34_0)}
+    assert not failures & {t.name for t in lc.table("restarts", releases.V0_33_0)}
     assert lc.KINDS[:4] == ("prefill", "decode", "finish", "abort")
     assert {t.name for t in lc.TRANSITIONS if t.ends} == {"finish", "abort", "error"}
     assert {t.name for t in lc.table() if t.ends} == {"finish", "abort"}

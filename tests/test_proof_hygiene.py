@@ -194,7 +194,7 @@ def test_obligations_module_names_used_here():
 @pytest.mark.parametrize("name,rule", [("refused-retried", "vllm-0.33"), ("invariant", "vllm-0.29")])
 def test_undecided_base_case_is_no_proof(name, rule, monkeypatch, no_mutant):
     """An invariant's base case the solver does not decide leaves the row
-    unknown (a world-vllm obligation's own invariant, and the rule's)."""
+    unknown (a world-restarts obligation's own invariant, and the rule's)."""
     orig_decide, orig_base = runner.decide, runner.invariant_base_query
     bases = []
 

@@ -83,9 +83,9 @@ def test_cells_by_release():
     # release): its own row
     assert ("| `completeness` | vllm-0.29 | aligned | — | — | — | — | counterexample (4) |"
             in lines)
-    # one table per world, in the order single, (b), "vllm"
+    # one table per world, in the order single, (b), "restarts"
     heads = [ln for ln in lines if ln.startswith("### ")]
-    assert [h.split()[2] for h in heads] == ["single", "(b)", '"vllm"']
+    assert [h.split()[2] for h in heads] == ["single", "(b)", '"restarts"']
 
 
 def test_counterexamples_are_decoded_with_their_command():

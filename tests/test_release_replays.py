@@ -140,7 +140,7 @@ def test_0_29_0_finish_stores_a_chunk_before_it_is_computed(python):
 
 
 def test_0_29_0_finish_after_a_preempted_recompute_stores_an_uncomputed_chunk(python):
-    """computed-before-stored-restarts of vllm-0.29 in world "vllm" with
+    """computed-before-stored-restarts of vllm-0.29 in world "restarts" with
     0.33.0's cursor reset (the row's counterexample before the row became
     0.29.0's): window 3, a 1-token prompt decoded twice, preempted
     (``reset_prefix_cache(reset_running_requests=True)``), recomputed (3

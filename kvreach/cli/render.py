@@ -334,7 +334,7 @@ def _print_cex_body(out: Console, cex: dict, model: str, depth: int | None) -> N
     if depth is not None:
         t.add_row("BMC depth (steps)", str(depth))
     out.print(t)
-    if cex.get("replay") is not None:  # world "vllm": run_vllm's steps
+    if cex.get("replay") is not None:  # world "restarts": run_vllm's steps
         _print_vllm_replay(out, cex)
     trace = cex.get("trace")
     if trace is None:
@@ -394,8 +394,8 @@ def _show_value(x) -> str:
 
 
 def _print_vllm_replay(out: Console, cex: dict) -> None:
-    """A world-"vllm" counterexample replayed by ``kvreach.impl.lifecycle.run_vllm``."""
-    t = Table(title="replayed steps (world vllm)", title_justify="left")
+    """A world-"restarts" counterexample replayed by ``kvreach.impl.lifecycle.run_vllm``."""
+    t = Table(title="replayed steps (world restarts)", title_justify="left")
     for col in ("step", "kind", "tokens", "incarnation", "frontier", "cursor",
                 "prepare_store", "offered", "submitted"):
         t.add_column(col)

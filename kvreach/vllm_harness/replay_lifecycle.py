@@ -28,7 +28,7 @@ is no full-attention block times ``blocks_per_chunk``, no alignment); prefill
 steps the scheduler does not cut; a step whose submissions depend on the old
 rule's bookkeeping (vllm-0.29's finish up to ``num_tokens``, its EAGLE
 exclusion never lifted), which ``KvReachOffloadingConnector`` does not
-replace (:func:`check_runnable`); a world-"vllm" plan (preemptions,
+replace (:func:`check_runnable`); a world-"restarts" plan (preemptions,
 lookups, the manager's outcomes), which is no lone request's lifecycle.
 """
 
@@ -401,7 +401,7 @@ def replay_mask_on_scheduler(model_dir: str, obligation: str, cex: dict, rule: s
 
 
 # ---------------------------------------------------------------------------
-# world "vllm": a plan with restarts (exactly-once-restarts)
+# world "restarts": a plan with restarts (exactly-once-restarts)
 # ---------------------------------------------------------------------------
 
 def check_restart_plan(obligation: str, rule: str, cex: dict) -> None:

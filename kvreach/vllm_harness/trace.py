@@ -24,7 +24,7 @@ manager's answer to ``prepare_store`` (``spec.lifecycle.OUTCOMES``);
 allocation.
 
 Each step is checked against ``spec.lifecycle.transition(...,
-world="vllm")`` with those values pinned (``spec.evaluate.StepChecker``):
+world="restarts")`` with those values pinned (``spec.evaluate.StepChecker``):
 (A) it is a transition; (B) the spec offers and accepts exactly its chunks;
 consecutive steps chain (one step's post-state is the next one's pre-state)
 and a lifecycle starts from (0, 0). Validating needs no vLLM::

@@ -9,7 +9,7 @@ module of its world:
 - ``store``: the store rule, single-request world;
 - ``lookup``: the offload lookup, single-request world (and its variant
   ``read-window``);
-- ``restarts``: world "vllm" (restarts, preemption, the manager's answers);
+- ``restarts``: world "restarts" (preemption, the manager's answers);
 - ``neighbours``: world (b), same-rule neighbours.
 """
 

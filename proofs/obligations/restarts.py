@@ -1,4 +1,4 @@
-"""Obligations of world "vllm": the lifecycle a vLLM release really runs
+"""Obligations of world "restarts": the lifecycle a vLLM release really runs
 (``Ctx.release``, default 0.33.0: its ``cursor_on_lookup`` and
 ``null_block_filter`` through ``kvreach.spec.lifecycle.transition``), with
 preemption (``Scheduler._preempt_request``), the offload lookup at every
@@ -8,7 +8,7 @@ starts with a GPU-local or offload hit under either ``OffloadPolicy``,
 recompute past the prompt, decode under ``AsyncScheduler`` (F9),
 ``Request.shared_prefix_boundary`` (F8), null blocks, and ``prepare_store``
 accepting every key, some of them, or refusing
-(``kvreach.spec.lifecycle.TRANSITIONS``, world "vllm").
+(``kvreach.spec.lifecycle.TRANSITIONS``, world "restarts").
 
 An *incarnation* is the stretch between two lookups (with the cursor kept,
 a preemption also ends one: the request's next step is its lookup).
@@ -25,10 +25,10 @@ import z3
 
 from kvreach.params import GroupConfig, RetentionMode
 from kvreach.proofs import mutants
-from kvreach.proofs.config import SCOPE_WORLD_VLLM
+from kvreach.proofs.config import SCOPE_WORLD_RESTARTS
 from kvreach.proofs.framework import Ctx, Obligation, Replay
-from kvreach.proofs.matrix import WORLD_VLLM_PARTS
-from kvreach.proofs.obligations.store import (  # the world-single forms, restated over world "vllm"
+from kvreach.proofs.matrix import WORLD_RESTARTS_PARTS
+from kvreach.proofs.obligations.store import (  # the world-single forms, restated over world "restarts"
     computed_bmc, computed_step, once_bmc, once_step,
 )
 from kvreach.spec import mask
@@ -38,7 +38,7 @@ from kvreach.spec.lifecycle import (
 )
 
 WORLD_SCOPE = (
-    "world: vllm (kvreach.spec.lifecycle.TRANSITIONS, every kind: prefill, decode, "
+    "world: restarts (kvreach.spec.lifecycle.TRANSITIONS, every kind: prefill, decode, "
     "decode-async, recompute, preempt, lookup, start, loaded, finish, abort, error "
     "(FINISHED_ERROR at any point); the "
     "manager accepts, takes a subset or refuses; any chunk's block may be null; "
@@ -49,7 +49,7 @@ RULES = ("vllm-0.29", "vllm-0.33", "lookup-window")
 
 
 def running(ctx: Ctx, st) -> z3.BoolRef:
-    """What every world-"vllm" invariant says: a running state."""
+    """What every world-"restarts" invariant says: a running state."""
     return z3.And(z3.Not(st.ended), st.f >= 0, st.cursor >= 0)
 
 
@@ -98,7 +98,7 @@ def _computed_lemmas(ctx, pre, tr, post):
     within the row's budget.)"""
     from kvreach.spec.lifecycle import table
 
-    quiet = z3.Or([tr.kind == t.kind for t in table("vllm", ctx.release) if not t.stores])
+    quiet = z3.Or([tr.kind == t.kind for t in table("restarts", ctx.release) if not t.stores])
     return [z3.Implies(z3.Not(quiet), tr.n * ctx.s.C <= post.f),
             z3.Implies(tr.submitted, ctx.c < tr.n),
             z3.Implies(z3.And(z3.Not(quiet), 0 <= ctx.c, ctx.c < tr.n),
@@ -175,11 +175,12 @@ def _refused_passed(steps, model: str, cex: dict) -> list[int]:
                    for c in x.offered if x.cursor_after > c})
 
 
-world_vllm = functools.partial(Obligation, kind="lifecycle", model_specific=False,
-                               scope=SCOPE_WORLD_VLLM + WORLD_SCOPE, rules=RULES, world="vllm",
-                               bmc_depths=(1, 2, 3), reads=WORLD_VLLM_PARTS)
+world_restarts = functools.partial(Obligation, kind="lifecycle", model_specific=False,
+                                   scope=SCOPE_WORLD_RESTARTS + WORLD_SCOPE, rules=RULES,
+                                   world="restarts", bmc_depths=(1, 2, 3),
+                                   reads=WORLD_RESTARTS_PARTS)
 
-EXACTLY_ONCE_INCARNATION = world_vllm(
+EXACTLY_ONCE_INCARNATION = world_restarts(
     "exactly-once-incarnation",
     "Within one incarnation (between two offload lookups) no chunk the "
     "manager accepted is offered to prepare_store again (so none is "
@@ -192,7 +193,7 @@ EXACTLY_ONCE_INCARNATION = world_vllm(
     # the mutant 76 K -> 56 K
     named_ites=True, named_mutant=True,
 )
-EXACTLY_ONCE_RESTARTS = world_vllm(
+EXACTLY_ONCE_RESTARTS = world_restarts(
     "exactly-once-restarts",
     "No chunk is submitted twice over the request's incarnations (expected "
     "to fail in every release: 0.33.0's lookup resets next_stored_chunk_idx "
@@ -211,7 +212,7 @@ EXACTLY_ONCE_RESTARTS = world_vllm(
     # start the kept cursor needs; the mutant 6.2 M -> 0.32 M
     named_ites=True, named_bmc=True, named_mutant=True,
 )
-COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
+COMPUTED_BEFORE_STORED_RESTARTS = world_restarts(
     "computed-before-stored-restarts",
     "No chunk is submitted before all of its tokens are computed in the "
     "step's incarnation ((c + 1) * chunk_tokens <= num_computed_tokens), "
@@ -219,7 +220,7 @@ COMPUTED_BEFORE_STORED_RESTARTS = world_vllm(
     step_violation=computed_step, bmc_violation=computed_bmc, invariant=running,
     lemmas=_computed_lemmas, mutant=mutants.STORE_AHEAD, trace_witness=_submitted_uncomputed,
 )
-REFUSED_RETRIED = world_vllm(
+REFUSED_RETRIED = world_restarts(
     "refused-retried",
     "A chunk offered to a prepare_store that returns None (refused) is not "
     "passed by the cursor while the request runs (next_stored_chunk_idx "

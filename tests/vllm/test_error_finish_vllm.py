@@ -1,7 +1,7 @@
 """The error finish (``FINISHED_ERROR`` before the prompt is computed;
 docs/findings.md, F13) on the installed vLLM's real scheduler and stock
 connector (0.33.0 or 0.34.0): ``kvreach simulate --vllm X --error-after-step
-K`` stores what stock stores, and so does world "vllm"'s ``error`` step of
+K`` stores what stock stores, and so does world "restarts"'s ``error`` step of
 the installed release (``kvreach.impl.lifecycle.run_vllm``).
 vLLM 0.33.0's finish clamp ``max(P, num_tokens - 1)`` reads past the
 computed tokens (it stores a chunk whose last token was never computed);

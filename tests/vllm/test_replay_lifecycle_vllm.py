@@ -119,8 +119,8 @@ UNREPLAYABLE = [
     # commit point is vLLM 0.33.0's bookkeeping, which kvreach's connector keeps (and
     # alignment 5 with 4 blocks per chunk has no full-attention group either)
     ("computed-before-stored", "vllm-0.29", "any", "replaces only the chunk selection"),
-    # world "vllm" with a refused prepare_store and a recompute step: not replayed
-    ("computed-before-stored-restarts", "vllm-0.29", "any", "world 'vllm'"),
+    # world "restarts" with a refused prepare_store and a recompute step: not replayed
+    ("computed-before-stored-restarts", "vllm-0.29", "any", "world 'restarts'"),
     # the row is about vLLM 0.29.0, whose lookup keeps the store cursor: its submission
     # twice needs a loaded start that moves the cursor back, which vLLM 0.33.0 (cursor
     # reset to 0 on every lookup) cannot run

@@ -22,7 +22,7 @@ chunks it accepted, the manager's outcome, chunks with a null block), from
 wrappers around ``Scheduler._preempt_request``,
 ``OffloadingConnectorScheduler.get_num_new_matched_tokens``,
 ``update_state_after_alloc`` and ``_build_store_jobs``. Each step is checked
-against ``spec.lifecycle.transition(..., world="vllm")`` with those values
+against ``spec.lifecycle.transition(..., world="restarts")`` with those values
 pinned: (A) satisfiable; (B) no chunk whose offered / accepted status the
 spec gives differently (unsat). Consecutive steps must chain (the post-state
 of one is the pre-state observed at the next). A step that fails is printed
@@ -61,7 +61,7 @@ def _validate(model_dir, seeds, tmp_path):
     assert totals.sub[trace.REOFFERED], report
     # the kinds of the installed release's table (0.34.0: its failed
     # transfers, which the recorder injects as the worker's reports)
-    kinds = [t.name for t in lc.table("vllm", installed_release.record())]
+    kinds = [t.name for t in lc.table("restarts", installed_release.record())]
     missing = [k for k in kinds if totals.kinds[k] == 0]
     assert not missing, f"transition kinds never seen: {missing}\n{report}"
     if failures_settable():  # steps checked with load_failed set (no loaded start then)

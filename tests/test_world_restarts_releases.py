@@ -1,5 +1,5 @@
-"""World "vllm" per vLLM release (``kvreach.releases``): the spec's
-transition relation (``kvreach.spec.lifecycle.transition(world="vllm",
+"""World "restarts" per vLLM release (``kvreach.releases``): the spec's
+transition relation (``kvreach.spec.lifecycle.transition(world="restarts",
 release=R)``) and the executable one (``kvreach.impl.lifecycle.run_vllm(...,
 release=R)``) take the release's cursor on lookup and null-block filter, and
 agree step by step for every distinct record; 0.33.0's relation is the table
@@ -36,7 +36,7 @@ RESET = releases.V0_33_0
 CLAMPED = releases.V0_34_0  # reset, every reachable block, finish_computed_clamp
 
 
-def test_world_vllm_parts_per_release():
+def test_world_restarts_parts_per_release():
     """The parts this module is about, as the records have them (read from
     each release's get_num_new_matched_tokens and _build_store_jobs)."""
     parts = {r.name: (r.cursor_on_lookup, r.null_block_filter) for r in releases.RELEASES}
@@ -49,30 +49,30 @@ def test_world_vllm_parts_per_release():
 
 
 def test_the_default_release_is_the_table():
-    """0.33.0's world-"vllm" table is TRANSITIONS' entries themselves
+    """0.33.0's world-"restarts" table is TRANSITIONS' entries themselves
     without the failed transfers (so its queries are the ones built before
     releases were parameters); the kept cursor changes exactly the lookup
     and the two starts; 0.34.0's failed transfers add store-failed,
     load-failed and load-recompute and change the loaded start (not after a
     failed load)."""
     base = tuple(t for t in lc.TRANSITIONS if t.kind not in lc.FAILURE_KINDS)
-    reset = lc.table("vllm", RESET)
+    reset = lc.table("restarts", RESET)
     assert len(reset) == len(base) and all(t is u for t, u in zip(base, reset))
-    kept = lc.table("vllm", KEPT)
+    kept = lc.table("restarts", KEPT)
     changed = {t.name for t, u in zip(lc.TRANSITIONS, kept) if t is not u}
     assert changed == {"lookup", "start", "loaded"}
     # 0.34.0 without its failed transfers: the error finish capped by the computed tokens
-    clamped = lc.table("vllm", dataclasses.replace(CLAMPED, failed_transfers=False))
+    clamped = lc.table("restarts", dataclasses.replace(CLAMPED, failed_transfers=False))
     assert {t.name for t, u in zip(lc.TRANSITIONS, clamped) if t is not u} == {"error"}
-    failing = lc.table("vllm", CLAMPED)
+    failing = lc.table("restarts", CLAMPED)
     assert {t.name for t, u in zip(lc.TRANSITIONS, failing) if t is not u} == {"error", "loaded"}
     assert [t.name for t in failing][-3:] == ["store-failed", "load-failed", "load-recompute"]
     with pytest.raises(ValueError, match="cursor_on_lookup"):
-        lc.table("vllm", dataclasses.replace(RESET, cursor_on_lookup="halved"))
+        lc.table("restarts", dataclasses.replace(RESET, cursor_on_lookup="halved"))
 
 
 def plans(rule, g, r, release):
-    """The world-"vllm" plans of tests/test_impl_equals_spec_vllm.py under
+    """The world-"restarts" plans of tests/test_impl_equals_spec_vllm.py under
     ``release``, with restarts and null blocks."""
     return _plans(rule, g, r, release, restarts=True, null_blocks=True)
 
@@ -192,8 +192,8 @@ def test_kept_cursor_submits_twice_only_through_a_loaded_start(rule):
     incarnations). With 0.33.0's reset the lookup breaks it, and 5 steps
     with no loaded start reach a second submission."""
     ctx = Ctx(SymConfig.fresh(), rule, "intended", release=KEPT)
-    pre, post = lc.State.fresh("pre", "vllm"), lc.State.fresh("post", "vllm")
-    tr = lc.transition(ctx.s, rule, pre, post, ctx.c, ctx.budget, "t", world="vllm",
+    pre, post = lc.State.fresh("pre", "restarts"), lc.State.fresh("post", "restarts")
+    tr = lc.transition(ctx.s, rule, pre, post, ctx.c, ctx.budget, "t", world="restarts",
                        release=KEPT)
     prem = ctx.base() + [ctx.c >= 0, _stored_below_cursor(ctx, pre), tr.constraints,
                          *_no_loaded([tr])]
@@ -201,7 +201,7 @@ def test_kept_cursor_submits_twice_only_through_a_loaded_start(rule):
     assert _check(prem, z3.And(pre.stored, tr.submitted)) == z3.unsat
     assert _check(prem, z3.And(z3.Not(tr.finished), z3.Not(_stored_below_cursor(ctx, post)))) \
         == z3.unsat
-    init = lc.State.fresh("init", "vllm")
+    init = lc.State.fresh("init", "restarts")
     assert _check(ctx.base() + [ctx.c >= 0, lc.init(init)],
                   z3.Not(_stored_below_cursor(ctx, init))) == z3.unsat
     # 0.33.0: a real trace of 5 steps, none of them a loaded start (at PR
