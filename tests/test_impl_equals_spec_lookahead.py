@@ -139,7 +139,7 @@ def test_the_step_horizon_is_what_tells_l_apart():
 import random  # noqa: E402
 
 from kvreach import releases  # noqa: E402
-from kvreach.conform import _lookup_group, _lookup_parts  # noqa: E402
+from kvreach.impl.release import lookup_group, lookup_parts  # noqa: E402
 from kvreach.impl import lookup as ilookup  # noqa: E402
 from kvreach.spec.evaluate import lookup_values  # noqa: E402
 
@@ -172,12 +172,12 @@ def _rng(x: range) -> tuple[int, int]:
 
 
 def _twin(x: dict) -> tuple:
-    groups = ([_lookup_group(x["full_block"], x["bpc"], None, 0, bool(x["full_eagle"]), V034)]
+    groups = ([lookup_group(V034, x["full_block"], x["bpc"], None, 0, bool(x["full_eagle"]))]
               if x["full_block"] else []) + [
-        _lookup_group(x["B"], x["bpc"], x["W"], x["extra"], x["eagle"], V034)]
+        lookup_group(V034, x["B"], x["bpc"], x["W"], x["extra"], x["eagle"])]
     req = ilookup.LaterRequest(x["T"], 0, x["max_load"], hash_lookahead_tokens=x["L"])
     content = ilookup.StoreContent.of_chunks(([x["full"]] if x["full_block"] else []) + [x["swa"]])
-    hit = ilookup.lookup_hit_tokens(groups, req, content, _lookup_parts(V034))
+    hit = ilookup.lookup_hit_tokens(groups, req, content, lookup_parts(V034))
     loaded = ilookup.loaded_chunks(groups, req, hit) if hit else tuple(range(0) for _ in groups)
     return hit, _rng(loaded[-1])
 
