@@ -32,6 +32,7 @@ import z3
 
 from kvreach.params import RetentionMode
 from kvreach.proofs import rows, runner, solve
+from kvreach.proofs.config import splits
 from kvreach.proofs.induction import bmc_query, lifecycle_step_query
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.spec.lifecycle import K_FINISH
@@ -78,7 +79,7 @@ def depth_first(assertions: list, ctx, lifecycle: bool, meter):
     head = [s.eagle, s.retention_mode == RetentionMode.NONE, s.retention_mode == RetentionMode.ZERO]
     if lifecycle:
         head.insert(0, z3.Int("kind_t") == K_FINISH)
-    return solve._solve_split(assertions, head + solve._splits(ctx, lifecycle), meter)
+    return solve.solve_split(assertions, head + splits(ctx, lifecycle), meter)
 
 
 def _queries(name: str, rule: str, model: str):

@@ -44,11 +44,12 @@ from kvreach.impl import contracts as _contracts  # noqa: F401  (sets the defaul
 from kvreach.params import ParamError, need_int, cdiv
 
 
-# The lookup variants: ``get_sliding_window_size_in_chunks`` as vLLM 0.33.0
-# has it, and the load-side change docs/findings.md F7 proposes (the run is
+# The lookup variants: "vllm-window", ``get_sliding_window_size_in_chunks`` as
+# vLLM has it (each release's: :class:`LookupGroup`'s ``window_extra``), and
+# "read-window", the load-side change docs/findings.md F7 proposes (the run is
 # the chunks the load reads, ``ceil((W - 1 + extra) / C)``, not also
 # ``ceil(W / C)``). Everything else of the lookup is the same in both.
-LOOKUP_VARIANTS = ("vllm-0.33", "read-window")
+LOOKUP_VARIANTS = ("vllm-window", "read-window")
 
 # The parts of the lookup that differ between vLLM releases
 # (``kvreach.releases.Release``), each a parameter whose default is vLLM
@@ -77,7 +78,7 @@ class LookupGroup:
     extra_retained_tokens: ``SlidingWindowSpec.extra_retained_tokens``.
     eagle: ``is_eagle_group`` (EAGLE/MTP draft layers).
     lookup_variant: which ``get_sliding_window_size_in_chunks`` the lookup
-        runs (:data:`LOOKUP_VARIANTS`): ``"vllm-0.33"`` (vLLM's) or
+        runs (:data:`LOOKUP_VARIANTS`): ``"vllm-window"`` (vLLM's) or
         ``"read-window"`` (docs/findings.md F7: the chunks the load reads).
     window_extra: the window and the padded initial window count
         ``extra_retained_tokens`` (vLLM 0.31.0 on); False: vLLM 0.29.0 /
@@ -92,7 +93,7 @@ class LookupGroup:
     window_tokens: int | None = None
     extra_retained_tokens: int = 0
     eagle: bool = False
-    lookup_variant: str = "vllm-0.33"
+    lookup_variant: str = "vllm-window"
     window_extra: bool = True
     padded_initial_window: bool = True
 

@@ -144,11 +144,11 @@ def reachable_block_mask(
     Tails are built by repeating one segment's pattern with list operations
     instead of testing every block in Python.
     """
-    return _block_mask(start_block, end_block, g, prompt_tokens, final_segment_end_block,
+    return reachable_block_mask_with(start_block, end_block, g, prompt_tokens, final_segment_end_block,
                        g.need, g.shift)
 
 
-def _block_mask(start_block: int, end_block: int, g: GroupConfig, prompt_tokens: int,
+def reachable_block_mask_with(start_block: int, end_block: int, g: GroupConfig, prompt_tokens: int,
                 final_segment_end_block: int | None, need: int, shift: int) -> list[bool] | None:
     """The body of :func:`reachable_block_mask` with ``need`` and ``shift``
     as parameters: ``g.need`` and ``g.shift`` there, another value only in a

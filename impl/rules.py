@@ -49,10 +49,10 @@ def store_horizon_chunks(
     horizon once finished, none during decode past the prompt, with a
     retention interval, or for EAGLE groups. Never earlier than the frontier:
     an earlier end would call an intermediate frontier final."""
-    return _store_horizon(g, finished, num_chunks, prompt_horizon_chunks)
+    return store_horizon_chunks_with(g, finished, num_chunks, prompt_horizon_chunks)
 
 
-def _store_horizon(g: GroupConfig, finished: bool, num_chunks: int, prompt_horizon_chunks: int,
+def store_horizon_chunks_with(g: GroupConfig, finished: bool, num_chunks: int, prompt_horizon_chunks: int,
                    frontier_final: bool = False) -> int | None:
     """The body of :func:`store_horizon_chunks`; ``frontier_final`` (a mutant
     only: the pre-fix horizon) takes the step's count as the final end."""
@@ -269,13 +269,13 @@ def store_step(
     num_chunks: ``storable_chunks`` at this step.
     finished: the request finished (normally or aborted) in this step.
     """
-    return _store_step(rule, g, req, cursor, num_chunks, finished)
+    return store_step_with(rule, g, req, cursor, num_chunks, finished)
 
 
-def _store_step(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
+def store_step_with(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_chunks: int,
                   finished: bool, frontier_final: bool = False) -> StoreStep:
     """The body of :func:`store_step`; ``frontier_final`` (a mutant only)
-    hands the mask the pre-fix horizon (:func:`_store_horizon`)."""
+    hands the mask the pre-fix horizon (:func:`store_horizon_chunks_with`)."""
     check_rule(rule)
     bpc = g.blocks_per_chunk
     start = cursor
@@ -292,7 +292,7 @@ def _store_step(rule: str, g: GroupConfig, req: RequestConfig, cursor: int, num_
 
     prompt_h = prompt_horizon_chunks(g, req)
     horizon = (  # the real horizon through its contract (horizon_is_final)
-        _store_horizon(g, finished, num_chunks, prompt_h, frontier_final=True) if frontier_final
+        store_horizon_chunks_with(g, finished, num_chunks, prompt_h, frontier_final=True) if frontier_final
         else store_horizon_chunks(g, finished, num_chunks, prompt_h))
     reconsider = reconsider_final_tail(g, finished, num_chunks, prompt_h)
     if reconsider:

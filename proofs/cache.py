@@ -55,7 +55,7 @@ def _key(text: str, limit: int) -> tuple[str, dict]:
     return digest, fields
 
 
-def _checksum(entry: dict) -> str:
+def entry_checksum(entry: dict) -> str:
     body = {k: v for k, v in entry.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -66,7 +66,7 @@ def lookup(text: str, limit: int) -> tuple[str, int] | None:
     digest, fields = _key(text, limit)
     try:
         entry = json.loads((cache_dir() / digest[:2] / f"{digest}.json").read_text())
-        if (not isinstance(entry, dict) or entry.get("checksum") != _checksum(entry)
+        if (not isinstance(entry, dict) or entry.get("checksum") != entry_checksum(entry)
                 or any(entry.get(k) != v for k, v in fields.items())
                 or entry.get("result") not in TRUSTED
                 or type(entry.get("used")) is not int or entry["used"] < 0):
@@ -84,7 +84,7 @@ def store(text: str, limit: int, result: str, used: int) -> None:
         return
     digest, fields = _key(text, limit)
     entry = fields | {"result": result, "used": int(used)}
-    entry["checksum"] = _checksum(entry)
+    entry["checksum"] = entry_checksum(entry)
     path = cache_dir() / digest[:2] / f"{digest}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def source_digest() -> str:
     return _source
 
 
-def _row_path(key: tuple[str, str, str]) -> tuple[Path, dict]:
+def row_path(key: tuple[str, str, str]) -> tuple[Path, dict]:
     fields = {"source": source_digest(), "row": list(key)}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     return cache_dir().parent / "rows" / digest[:2] / f"{digest}.json", fields
@@ -148,10 +148,10 @@ def _row_path(key: tuple[str, str, str]) -> tuple[Path, dict]:
 def row_lookup(key: tuple[str, str, str]) -> dict | None:
     """The stored row (``row``: its JSON fields; ``sat``: [[text, limit], ...]
     to solve again) for this row and source, or None."""
-    path, fields = _row_path(key)
+    path, fields = row_path(key)
     try:
         entry = json.loads(path.read_text())
-        if (not isinstance(entry, dict) or entry.get("checksum") != _checksum(entry)
+        if (not isinstance(entry, dict) or entry.get("checksum") != entry_checksum(entry)
                 or any(entry.get(k) != v for k, v in fields.items())
                 or not isinstance(entry.get("fields"), dict)
                 or entry["fields"].get("verdict") not in KEPT_VERDICTS
@@ -165,11 +165,11 @@ def row_lookup(key: tuple[str, str, str]) -> dict | None:
 def row_store(key: tuple[str, str, str], row_fields: dict, sat: list) -> None:
     if row_fields.get("verdict") not in KEPT_VERDICTS:
         return
-    path, fields = _row_path(key)
+    path, fields = row_path(key)
     entry = fields | {"fields": row_fields,
                       "sat": [[t, int(rl), pins] for t, rl, pins in sat]}
     try:
-        entry["checksum"] = _checksum(entry)
+        entry["checksum"] = entry_checksum(entry)
     except (TypeError, ValueError):  # a counterexample that is not JSON: not kept
         return
     try:

@@ -160,7 +160,7 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
         out["lookup_groups"] = {
             "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
             "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}
-        if lk.variant != "vllm-0.33":
+        if lk.variant != "vllm-window":
             out["lookup_groups"]["lookup_variant"] = lk.variant
         _record_release(out["lookup_groups"], lk)
         out["later_request"] = {
@@ -299,7 +299,7 @@ def decode_no_waste(m, ctx) -> dict:
              "lookup_groups": {
                  "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
                  "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
-    if lk.variant != "vllm-0.33":
+    if lk.variant != "vllm-window":
         extra["lookup_groups"]["lookup_variant"] = lk.variant
     _record_release(extra["lookup_groups"], lk)
     return extra | decode_chunk(m, ctx)

@@ -44,7 +44,7 @@ class Ctx:
     mutant: dict = field(default_factory=dict)
     # the lookup variant the later request(s) look up under
     # (``spec.lookup.LOOKUP_VARIANTS``), fixed when the context is made
-    lookup_variant: str = "vllm-0.33"
+    lookup_variant: str = "vllm-window"
     # the vLLM release (``kvreach.releases``) whose parts the spec applies
     # (lookup, mask window, world "restarts"'s cursor and null filter)
     release: Release = DEFAULT_RELEASE
@@ -166,7 +166,7 @@ class Obligation:
     # those shapes first, in order (the verdict never depends on them)
     named_shapes: Callable | None = None
     bounds: dict = field(default_factory=dict)  # the bounds its scope states (proofs/config.py)
-    lookup_variant: str = "vllm-0.33"  # the later request's (spec.lookup.LOOKUP_VARIANTS)
+    lookup_variant: str = "vllm-window"  # the later request's (spec.lookup.LOOKUP_VARIANTS)
     # the fields of a vLLM release record (``kvreach.releases.Release``) its
     # queries read beyond the store rule: its rows are one per group of
     # releases agreeing in them (``kvreach.proofs.matrix``)

@@ -33,4 +33,4 @@ def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
     return full + (with_lookup_of(release_of(lg), LookupGroup(
         g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
         extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle,
-        lookup_variant=lg.get("lookup_variant", "vllm-0.33"))),)
+        lookup_variant=lg.get("lookup_variant", "vllm-window"))),)

@@ -56,7 +56,7 @@ def group_name(group: tuple[Release, ...]) -> str:
     return "/".join(v for r in group for v in r.names)
 
 
-def groups(reads: frozenset, rule: str, lookup_variant: str = "vllm-0.33") -> list[tuple[Release, ...]]:
+def groups(reads: frozenset, rule: str, lookup_variant: str = "vllm-window") -> list[tuple[Release, ...]]:
     """The release groups of an obligation's rows under ``rule``, oldest
     first (see the module's docstring). ``rule="any"``: every release."""
     if rule in RELEASE_RULES:
@@ -68,7 +68,7 @@ def groups(reads: frozenset, rule: str, lookup_variant: str = "vllm-0.33") -> li
     for r in candidates:
         by_parts.setdefault(tuple(getattr(r, p) for p in parts), []).append(r)
     out = [tuple(g) for g in by_parts.values()]
-    if rule not in RELEASE_RULES and rule != "any" or lookup_variant != "vllm-0.33":
+    if rule not in RELEASE_RULES and rule != "any" or lookup_variant != "vllm-window":
         out = [g for g in out if DEFAULT in g]  # kvreach's own: scored against 0.33.0
     return out
 

@@ -20,18 +20,18 @@ from kvreach.proofs.search import find_counterexample
 from kvreach.proofs.solve import Meter, check_terms
 
 
-_mutant_cache: dict[str, tuple[str, bool]] = {}
-_mutant_used: dict[str, int] = {}
+mutant_cache: dict[str, tuple[str, bool]] = {}
+mutant_use_counts: dict[str, int] = {}
 _mutant_sats: dict[str, list[tuple[str, int, str]]] = {}
 
 
 def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
     """The obligation's mutant (of vllm-0.33 under intended) must be rejected.
     Its checks share one ``ROW_RL`` total; the resources spent are kept in
-    ``_mutant_used``."""
-    if name in _mutant_cache:
-        return _mutant_cache[name]
-    sats0 = len(solve._sat_log)
+    ``mutant_use_counts``."""
+    if name in mutant_cache:
+        return mutant_cache[name]
+    sats0 = len(solve.sat_log)
     ob = OBLIGATIONS[name]
     mname, store_fn, params = ob.mutant.name, ob.mutant.store_fn, ob.mutant.params
     meter = Meter(ROW_RL)
@@ -55,10 +55,10 @@ def run_mutant(name: str, rule: str, model: str) -> tuple[str, bool]:
         depth, _ = find_counterexample(name, "vllm-0.33", "intended", store_fn=store_fn,
                                        meter=meter, named=ob.named_mutant)
         rejected = depth is not None
-    _mutant_cache[name] = (mname, rejected)
-    _mutant_used[name] = meter.used
-    _mutant_sats[name] = solve._sat_log[sats0:]
-    return _mutant_cache[name]
+    mutant_cache[name] = (mname, rejected)
+    mutant_use_counts[name] = meter.used
+    _mutant_sats[name] = solve.sat_log[sats0:]
+    return mutant_cache[name]
 
 
 def _mutant_terms(name: str, terms: list) -> list:
@@ -71,4 +71,4 @@ def _mutant_terms(name: str, terms: list) -> list:
 def spent(name: str) -> tuple[int, list[tuple[str, int, str]]]:
     """The resource units ``name``'s mutant check spent (0 if it has not
     run) and its sat checks (the result cache keeps them with a row)."""
-    return _mutant_used.get(name, 0), _mutant_sats.get(name, [])
+    return mutant_use_counts.get(name, 0), _mutant_sats.get(name, [])

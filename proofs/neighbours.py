@@ -128,7 +128,7 @@ def keep(ctx: Ctx, s, c, H) -> z3.BoolRef:
     return one_shot_mask(replace(ctx, s=s), c, H)
 
 
-def _queries(ctx: Ctx) -> list[Query]:
+def neighbour_queries(ctx: Ctx) -> list[Query]:
     from kvreach.spec.lookup import link
 
     t = terms(ctx)
@@ -274,7 +274,7 @@ def lost_chunks(cex: dict, dense, swa) -> list[int]:
 # --- the world's geometries ------------------------------------------------
 
 
-def _geometries():
+def neighbour_geometries():
     """The grid's geometries without a retention interval (the worked ones
     whose counterexamples tests/vllm replays)."""
     from kvreach.proofs.geometries import GEOMETRIES
@@ -287,4 +287,4 @@ def grid():
     then the block-shape family without one (``geometries.family``)."""
     from kvreach.proofs.geometries import family
 
-    return _geometries() + family(retention="none")
+    return neighbour_geometries() + family(retention="none")

@@ -113,7 +113,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     vllm = vllm or default_vllm(name, rule)
     release = matrix.representative(vllm)
     t0 = time.perf_counter()  # reported only: no verdict depends on it
-    solver0, counts0, sats0 = solve._solver_seconds, dict(solve._cache_counts), len(solve._sat_log)
+    solver0, counts0, sats0 = solve.solver_seconds_spent, dict(solve.cache_counts), len(solve.sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
     if models_lookahead(ob, release):
@@ -203,7 +203,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
                     _unknown_detail(meter) if r == z3.unknown else
                     f"induction step fails and BMC finds no counterexample within {max(BMC_DEPTHS)} steps"
                 )
-    row_sats = solve._sat_log[sats0:]
+    row_sats = solve.sat_log[sats0:]
     mutant, rejected = run_mutant(name, rule, model)
     # The mutant's checks count whether they ran now or were cached: the
     # row's resources do not depend on which rows ran before in the process.
@@ -212,9 +212,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     row = Row(name, rule, model, verdict, scope, time.perf_counter() - t0,
               non_vacuous=non_vacuous, mutant=mutant, mutant_rejected=rejected,
               detail=detail, counterexample=cex, rlimit=used,
-              solver_seconds=solve._solver_seconds - solver0,
-              cached=(solve._cache_counts["solved"] == counts0["solved"]
-                      and solve._cache_counts["hit"] > counts0["hit"]), vllm=vllm)
+              solver_seconds=solve.solver_seconds_spent - solver0,
+              cached=(solve.cache_counts["solved"] == counts0["solved"]
+                      and solve.cache_counts["hit"] > counts0["hit"]), vllm=vllm)
     if cache.enabled() and row.ok_apart_from_expected() and not PINNED_L:  # a pinned L is no row
         cache.row_store(row.key, {k: getattr(row, k) for k in _KEPT},
                         row_sats + mutant_sats)
@@ -234,7 +234,7 @@ def cached_row(name: str, rule: str, model: str, vllm: str | None = None) -> Row
     entry = cache.row_lookup((name, rule, model, vllm))
     if entry is None:
         return None
-    t0, solver0 = time.perf_counter(), solve._solver_seconds
+    t0, solver0 = time.perf_counter(), solve.solver_seconds_spent
     try:
         if not all(still_sat(text, int(limit), str(pins)) for text, limit, pins in entry["sat"]):
             return None
@@ -246,7 +246,7 @@ def cached_row(name: str, rule: str, model: str, vllm: str | None = None) -> Row
                    rlimit=int(f["rlimit"]), non_vacuous=f["non_vacuous"], mutant=f["mutant"],
                    mutant_rejected=f["mutant_rejected"], detail=f["detail"],
                    counterexample=f["counterexample"],
-                   solver_seconds=solve._solver_seconds - solver0, cached=True, vllm=vllm)
+                   solver_seconds=solve.solver_seconds_spent - solver0, cached=True, vllm=vllm)
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -43,14 +43,14 @@ CHECK_HOOK = None
 
 # CPU seconds spent inside ``check()`` in this process so far (each row
 # reports the difference over its run: its solver time beside its total).
-_solver_seconds = 0.0
+solver_seconds_spent = 0.0
 # Checks of this process answered from the result cache (proofs/cache.py) and
 # unsat / unknown checks solved (a sat check is always solved: not counted).
-_cache_counts = {"hit": 0, "solved": 0}
+cache_counts = {"hit": 0, "solved": 0}
 # With the cache on, (SMT-LIB text, rlimit, the model as SMT-LIB assertions)
 # of every sat check of this process, in order: a row kept whole
 # (cache.row_store) keeps its own, to check them again.
-_sat_log: list[tuple[str, int, str]] = []
+sat_log: list[tuple[str, int, str]] = []
 
 
 def _new_solver(c: z3.Context):
@@ -72,7 +72,7 @@ def _new_solver(c: z3.Context):
     return t.solver()
 
 
-def _smtlib(assertions: list) -> str:
+def smtlib_text(assertions: list) -> str:
     """The query as SMT-LIB text: a function of the query alone.
 
     The text of a solver holding ``assertions`` (``Solver.sexpr``), composed
@@ -87,7 +87,7 @@ def _smtlib(assertions: list) -> str:
     and its counterexample searches. ``tests/test_proof_cache.py`` compares
     the composed text with the solver's own."""
     if not all(isinstance(a, z3.BoolRef) and a.ctx is _MAIN for a in assertions):
-        return _smtlib_whole(assertions)
+        return smtlib_text_whole(assertions)
     decls: dict[str, None] = {}
     body = []
     for a in assertions:
@@ -96,7 +96,7 @@ def _smtlib(assertions: list) -> str:
         if hit is None or not hit[0].eq(a):
             if len(_assertion_text) >= _ASSERTION_TEXTS:
                 _assertion_text.clear()
-            text = _smtlib_whole([a])
+            text = smtlib_text_whole([a])
             i = 0 if text.startswith("(assert") else text.index("\n(assert") + 1
             hit = _assertion_text[k] = (a, text[:i].splitlines(keepends=True), text[i:])
         decls.update(dict.fromkeys(hit[1]))
@@ -104,7 +104,7 @@ def _smtlib(assertions: list) -> str:
     return "".join(decls) + "".join(body)
 
 
-def _smtlib_whole(assertions: list) -> str:
+def smtlib_text_whole(assertions: list) -> str:
     """The SMT-LIB text of a solver holding ``assertions``, printed by Z3."""
     s = z3.Solver()
     s.add(*assertions)
@@ -136,21 +136,21 @@ def check_terms(assertions: list, rlimit: int = CHECK_RL, meter: Meter | None = 
     if limit <= 0:  # the meter's total is spent
         meter.exhausted += 1
         return z3.unknown, None
-    text = _smtlib(assertions)
+    text = smtlib_text(assertions)
     hit = cache.lookup(text, limit) if cache.enabled() else None
     if hit is not None:  # an unsat / unknown answer to this exact query and limit
         r, used, m = {"unsat": z3.unsat, "unknown": z3.unknown}[hit[0]], hit[1], None
-        _cache_counts["hit"] += 1
+        cache_counts["hit"] += 1
     else:
         r, s = _check_text(text, limit)
         st = s.statistics()
         used = int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
         m = s.model().translate(z3.main_ctx()) if r == z3.sat else None
         if r != z3.sat:
-            _cache_counts["solved"] += 1
+            cache_counts["solved"] += 1
         if cache.enabled():
             if r == z3.sat:
-                _sat_log.append((text, limit, _model_pins(s.model())))
+                sat_log.append((text, limit, _model_pins(s.model())))
             else:
                 cache.store(text, limit, str(r), used)
     if meter is not None:
@@ -186,18 +186,18 @@ def still_sat(text: str, limit: int, pins: str) -> bool:
 def _check_text(text: str, limit: int):
     """-> (result, solver): one check of the SMT-LIB ``text`` in a fresh
     context within ``limit`` resource units; its CPU time is added to
-    ``_solver_seconds``."""
-    global _solver_seconds
+    ``solver_seconds_spent``."""
+    global solver_seconds_spent
     s = _new_solver(z3.Context())
     s.set("rlimit", limit)
     s.from_string(text)
     t = time.thread_time()
     r = s.check()
-    _solver_seconds += time.thread_time() - t
+    solver_seconds_spent += time.thread_time() - t
     return r, s
 
 
-def _solve_split(assertions: list, splits: list, meter: Meter):
+def solve_split(assertions: list, splits: list, meter: Meter):
     """-> (z3.sat|z3.unsat|z3.unknown, model). Depth-first case splitting:
     a short try at each inner node (``NODE_RL``: a split is cheaper than
     waiting), a long one where no split is left (``LEAF_RL``), all within
@@ -207,7 +207,7 @@ def _solve_split(assertions: list, splits: list, meter: Meter):
         return r, m
     head, rest = splits[0], splits[1:]
     for case in (head, z3.Not(head)):
-        r, m = _solve_split(assertions + [case], rest, meter)
+        r, m = solve_split(assertions + [case], rest, meter)
         if r != z3.unsat:
             return r, m
     return z3.unsat, None
@@ -224,7 +224,7 @@ def solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
         return r, m
     verdict = z3.unsat
     for case in _cube(ctx, lifecycle):
-        r, m = _solve_split(assertions + case, _splits(ctx, lifecycle), meter)
+        r, m = solve_split(assertions + case, _splits(ctx, lifecycle), meter)
         if r == z3.sat:
             return r, m
         if r == z3.unknown:

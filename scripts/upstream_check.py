@@ -365,14 +365,14 @@ def f6_counterexamples() -> list[tuple[str, str, dict]]:
     --replay-vllm`` and tests/vllm replay). -> (obligation, geometry, cex)."""
     from kvreach.proofs import search
     from kvreach.proofs.geometries import GEOMETRIES
-    from kvreach.proofs.neighbours import _geometries
+    from kvreach.proofs.neighbours import neighbour_geometries
 
     out = []
     for g in GEOMETRIES:
         _, cex = search.find_counterexample(WORLD_A[0], WORLD_A[1], "any", geometry=g)
         if cex is not None:
             out.append((WORLD_A[0], g.name, cex))
-    for g in _geometries():
+    for g in neighbour_geometries():
         cex = search.static_counterexample(WORLD_B[0], WORLD_B[1], "any", g)
         if cex is not None:
             out.append((WORLD_B[0], g.name, cex))

@@ -269,7 +269,7 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
                   window: int, extra_retained_tokens: int, eagle: bool, num_tokens: int,
                   local_hit_tokens: int, max_load_tokens: int | None,
                   full_chunks: Iterable[int], swa_chunks: Iterable[int],
-                  lookup_variant: str = "vllm-0.33", release=None,
+                  lookup_variant: str = "vllm-window", release=None,
                   full_eagle: bool | None = None,
                   hash_lookahead_tokens: int | None = None) -> dict:
     """``spec.lookup.lookup`` pinned to one configuration, one later request

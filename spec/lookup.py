@@ -97,12 +97,15 @@ def forall_in(lo, hi, pred: Pred, bound: int) -> z3.BoolRef:
 
 
 # The lookup variants (``kvreach.impl.lookup.LOOKUP_VARIANTS``, the same
-# names): vLLM 0.33.0's ``get_sliding_window_size_in_chunks``, and
-# "read-window", the load-side change docs/findings.md F7 proposes.
-LOOKUP_VARIANTS = ("vllm-0.33", "read-window")
+# names): "vllm-window", vLLM's ``get_sliding_window_size_in_chunks`` (each
+# release's, ``Release.lookup_window_extra``), and "read-window", the
+# load-side change docs/findings.md F7 proposes. Named apart from the store
+# rules (``kvreach.params.RULES``): a variant is how a later request looks up.
+VLLM_WINDOW, READ_WINDOW = "vllm-window", "read-window"
+LOOKUP_VARIANTS = (VLLM_WINDOW, READ_WINDOW)
 
 
-def window_chunks(W, extra, C, variant: str = "vllm-0.33",
+def window_chunks(W, extra, C, variant: str = "vllm-window",
                   release: Release = DEFAULT_RELEASE):
     """``get_sliding_window_size_in_chunks``: ``max(ceil(W / C), ceil((W - 1 +
     extra_retained_tokens) / C))``. ``variant="read-window"``: ``max(1,
@@ -118,7 +121,7 @@ def window_chunks(W, extra, C, variant: str = "vllm-0.33",
     return z3_max(cdiv(W, C), cdiv(W - 1 + extra, C))
 
 
-def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-0.33",
+def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-window",
                        release: Release = DEFAULT_RELEASE):
     """``GroupOffloadConfig.load_window_size_in_chunks``: widened by the right
     padding ``-candidate_end % C`` of a candidate end that is not chunk-aligned
@@ -289,13 +292,13 @@ class LookupSym:
     local_hit_tokens: z3.ArithRef
     has_max_load: z3.BoolRef
     max_load_tokens: z3.ArithRef
-    variant: str = "vllm-0.33"
+    variant: str = "vllm-window"
     release: Release = DEFAULT_RELEASE
     full_eagle: z3.BoolRef | None = None
     L: z3.ArithRef | None = None
 
     @staticmethod
-    def fresh(prefix: str = "lk_", variant: str = "vllm-0.33",
+    def fresh(prefix: str = "lk_", variant: str = "vllm-window",
               release: Release = DEFAULT_RELEASE, full_eagle: bool = False,
               lookahead: bool = False) -> "LookupSym":
         """Fresh symbols; ``full_eagle``: the full-attention group's EAGLE

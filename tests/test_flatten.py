@@ -129,8 +129,8 @@ def test_named_mutant_checks_and_counterexample_search(monkeypatch):
 
     assert OBLIGATIONS["exactly-once-restarts"].named_bmc
     assert not (OBLIGATIONS["completeness"].named_mutant or OBLIGATIONS["completeness"].named_bmc)
-    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
-    monkeypatch.setattr(mutant_check, "_mutant_used", {})
+    monkeypatch.setattr(mutant_check, "mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "mutant_use_counts", {})
     monkeypatch.setattr(mutant_check, "_mutant_sats", {})
     seen = _checked_terms(monkeypatch)
     for name, named in (("exactly-once-restarts", True), ("completeness", False)):

@@ -21,19 +21,19 @@ from kvreach.proofs.config import LEAF_RL
 from kvreach.proofs.framework import Ctx
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.obligations import lookup as ob_lookup
-from kvreach.proofs.solve import Meter, _smtlib, check_terms
+from kvreach.proofs.solve import Meter, smtlib_text, check_terms
 from kvreach.releases import V0_29_0, V0_30_0, V0_31_0, V0_33_0
 from kvreach.spec.config import SymConfig
 from kvreach.spec.evaluate import lookup_values
 
-GRID = ob_lookup._GRID_LOAD
-F11_029, F11_030 = ob_lookup._F11_029, ob_lookup._F11_030
+GRID = ob_lookup.GRID_LOAD
+F11_029, F11_030 = ob_lookup.F11_029, ob_lookup.F11_030
 
 
 def _query(release, geometry, mutant=None):
     ctx = Ctx(SymConfig.fresh(), "vllm-0.33", "intended", release=release, mutant=mutant or {})
     ctx.pins = geometry.pins(ctx)
-    (q,) = ob_lookup._load_reads_checked(ctx)
+    (q,) = ob_lookup.load_reads_checked_queries(ctx)
     return ctx, q
 
 
@@ -74,7 +74,7 @@ def test_later_releases_share_the_query():
     every geometry (the proof run's 0.33.0 row proves it)."""
     for g in GRID:
         a, b = _query(V0_31_0, g)[1], _query(V0_33_0, g)[1]
-        assert _smtlib(a.premise + [a.violation]) == _smtlib(b.premise + [b.violation])
+        assert smtlib_text(a.premise + [a.violation]) == smtlib_text(b.premise + [b.violation])
 
 
 @pytest.mark.parametrize("g", [F11_029, F11_030], ids=["F11 0.29.0", "F11 0.30.0"])

@@ -71,7 +71,7 @@ def lookup_cases(draw):
     return full_block, B, bpc, W, extra, eagle, T, local, max_load, full, swa
 
 
-def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg, variant="vllm-0.33"):
+def twin_and_spec(case, full_set, swa_set, full_arg, swa_arg, variant="vllm-window"):
     from kvreach.impl.release import lookup_parts
     from kvreach.releases import DEFAULT
 
@@ -179,9 +179,9 @@ def test_read_window_run_lengths():
     (vLLM 0.33.0: 5); window 16: 4 in both; extra 5: 5 in both; window 1: 1."""
     g = lambda W, extra=0, v="read-window": LookupGroup(  # noqa: E731
         4, window_tokens=W, extra_retained_tokens=extra, lookup_variant=v)
-    assert (g(17).window_chunks, g(17, v="vllm-0.33").window_chunks) == (4, 5)
-    assert (g(16).window_chunks, g(16, v="vllm-0.33").window_chunks) == (4, 4)
-    assert (g(16, 5).window_chunks, g(16, 5, v="vllm-0.33").window_chunks) == (5, 5)
+    assert (g(17).window_chunks, g(17, v="vllm-window").window_chunks) == (4, 5)
+    assert (g(16).window_chunks, g(16, v="vllm-window").window_chunks) == (4, 4)
+    assert (g(16, 5).window_chunks, g(16, 5, v="vllm-window").window_chunks) == (5, 5)
     assert g(1).window_chunks == 1
     assert g(17).load_window_chunks(1187) == 5  # the padding still widens an unaligned end
     with pytest.raises(ParamError) as e:
@@ -228,12 +228,12 @@ def test_hit_preserving_wastes_holds_only_where_the_window_is_one_past_chunks():
     from kvreach.proofs import rows
     from kvreach.proofs import solve as proof_solve
     from kvreach.proofs.geometries import GEOMETRIES
-    from kvreach.proofs.obligations.lookup import _hit_preserving_wastes
+    from kvreach.proofs.obligations.lookup import hit_preserving_wastes_queries
 
     def solve(name):
         ctx = rows.ctx_for("any", "any")
         ctx.pins = next(g for g in GEOMETRIES if g.name == name).pins(ctx)
-        (q,) = _hit_preserving_wastes(ctx)
+        (q,) = hit_preserving_wastes_queries(ctx)
         return (proof_solve.check_terms(q.premise)[0], proof_solve.check_terms(q.premise + [q.violation])[0])
 
     assert solve("window-17 measurement") == (z3.sat, z3.unsat)

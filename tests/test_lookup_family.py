@@ -34,7 +34,7 @@ def window_one_chunk_wider_at_block_32(monkeypatch):
     real_lookup, real_window = spec_lookup.lookup, spec_lookup.window_chunks
 
     def planted(s, keys, *args, **kwargs):
-        def window_chunks(W, extra, C, variant="vllm-0.33", release=spec_lookup.DEFAULT_RELEASE):
+        def window_chunks(W, extra, C, variant="vllm-window", release=spec_lookup.DEFAULT_RELEASE):
             return real_window(W, extra, C, variant, release) + z3.If(s.B == PLANTED_BLOCK, 1, 0)
 
         monkeypatch.setattr(spec_lookup, "window_chunks", window_chunks)
@@ -61,7 +61,7 @@ def _neighbours_verdict(geometry):
         "hit-preservation-neighbours", "lookup-window", None))
     ctx.pins = geometry.pins(ctx)
     verdicts = [check_terms(q.premise + [q.violation], 60_000_000)[0]
-                for q in neighbours._queries(ctx)]
+                for q in neighbours.neighbour_queries(ctx)]
     return z3.sat if z3.sat in verdicts else (z3.unsat if all(
         v == z3.unsat for v in verdicts) else z3.unknown)
 

@@ -22,8 +22,8 @@ FAST = ("exactly-once", "vllm-0.33", "any")  # lifecycle, case split, ~0.5 s
 
 
 def _fresh_caches(monkeypatch):
-    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
-    monkeypatch.setattr(mutant_check, "_mutant_used", {})
+    monkeypatch.setattr(mutant_check, "mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "mutant_use_counts", {})
 
 
 def test_same_verdict_and_resources_in_process_and_in_the_pool(monkeypatch):

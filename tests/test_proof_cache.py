@@ -29,8 +29,8 @@ def on(monkeypatch):
 def _fresh_process_state():
     """What the runner keeps per process (the mutants' results): cleared, so
     a second run checks the mutants' queries again (against the cache)."""
-    mutant_check._mutant_cache.clear()
-    mutant_check._mutant_used.clear()
+    mutant_check.mutant_cache.clear()
+    mutant_check.mutant_use_counts.clear()
 
 
 def _entries() -> list[Path]:
@@ -38,10 +38,10 @@ def _entries() -> list[Path]:
 
 
 def _solved(assertions, rlimit=solve.CHECK_RL):
-    before = dict(solve._cache_counts)
+    before = dict(solve.cache_counts)
     r, m = solve.check_terms(assertions, rlimit, meter := solve.Meter())
-    return (str(r), meter.used, solve._cache_counts["solved"] - before["solved"],
-            solve._cache_counts["hit"] - before["hit"])
+    return (str(r), meter.used, solve.cache_counts["solved"] - before["solved"],
+            solve.cache_counts["hit"] - before["hit"])
 
 
 def _facts(row):
@@ -100,7 +100,7 @@ def test_a_corrupted_entry_is_not_trusted(on, damage):
                         "z3-version": ("z3", "0.0.0")}[damage]
         entry[field] = value
         if damage == "z3-version":
-            entry["checksum"] = cache._checksum(entry)  # consistent, but another key
+            entry["checksum"] = cache.entry_checksum(entry)  # consistent, but another key
         path.write_text(json.dumps(entry))
     again = _solved(q)
     assert again[2] == 1 and again[3] == 0, again  # solved, not read
@@ -116,7 +116,7 @@ def test_a_forged_unsat_for_a_sat_query_is_not_used(on):
     _solved([x > 0, x < 0])
     [path] = _entries()
     forged = json.loads(path.read_text()) | {"result": "sat"}
-    forged["checksum"] = cache._checksum(forged)
+    forged["checksum"] = cache.entry_checksum(forged)
     path.write_text(json.dumps(forged))
     assert _solved([x > 0, x < 0])[2] == 1  # a sat entry is not an answer
     assert _solved([x > 0])[0] == "sat"
@@ -193,7 +193,7 @@ def test_a_damaged_row_entry_is_not_trusted(on, damage, monkeypatch):
             entry["sat"][0][0] += "\n(assert false)"
         else:
             entry["source"] = "0" * 64
-        entry["checksum"] = cache._checksum(entry)
+        entry["checksum"] = cache.entry_checksum(entry)
         path.write_text(json.dumps(entry))
     assert runner.cached_row("load-window-blocks", "any", "any") is None
     ran = _count_run_row(monkeypatch)
@@ -230,18 +230,18 @@ def test_a_kept_counterexample_row_is_rechecked_by_evaluation(on, monkeypatch):
     assert first.verdict == "counterexample"
     assert runner.cached_row("computed-before-stored", "vllm-0.29", "any").counterexample \
         == json.loads(json.dumps(first.counterexample))
-    path, _ = cache._row_path(("computed-before-stored", "vllm-0.29", "any", "0.29.0"))
+    path, _ = cache.row_path(("computed-before-stored", "vllm-0.29", "any", "0.29.0"))
     entry = json.loads(path.read_text())
     assert all(pins for _, _, pins in entry["sat"])  # each sat check kept with its model
     for check in entry["sat"]:
         check[0] += "\n(assert false)"  # no model satisfies it any more
-    entry["checksum"] = cache._checksum(entry)
+    entry["checksum"] = cache.entry_checksum(entry)
     path.write_text(json.dumps(entry))
     assert runner.cached_row("computed-before-stored", "vllm-0.29", "any") is None
 
 
 def test_the_query_text_composed_per_assertion_is_the_solvers_own():
-    """``solve._smtlib`` composes a query's text from each assertion's text
+    """``solve.smtlib_text`` composes a query's text from each assertion's text
     (kept across checks); it must be byte for byte what a solver holding the
     whole query prints (the text the cache keys by and the solver parses)."""
     from kvreach.proofs.config import cube, splits
@@ -262,5 +262,5 @@ def test_the_query_text_composed_per_assertion_is_the_solvers_own():
     x = z3.Int("x")
     queries += [[], [x > 1, x > 1], [z3.ForAll([x], x * x >= 0), z3.Bool("b")]]
     for terms in queries + queries:  # the second time from the kept texts
-        assert solve._smtlib(terms) == solve._smtlib_whole(terms)
-    assert any(len(solve._smtlib(t)) > 10_000 for t in queries)  # real queries among them
+        assert solve.smtlib_text(terms) == solve.smtlib_text_whole(terms)
+    assert any(len(solve.smtlib_text(t)) > 10_000 for t in queries)  # real queries among them

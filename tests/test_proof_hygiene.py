@@ -79,7 +79,7 @@ def no_mutant(monkeypatch):
 
 @pytest.fixture
 def fresh_mutant_cache(monkeypatch):
-    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "mutant_cache", {})
 
 
 # ---------------------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_weakened_obligation_lets_mutant_pass(name, monkeypatch, fresh_mutant_ca
     _weaken(monkeypatch, name)
     assert runner.run_mutant(name, "vllm-0.33", "intended") == (MUTANTS[name][0], False)
     # The runner's row then fails, whatever verdict it expected.
-    monkeypatch.setattr(mutant_check, "_mutant_cache", {})
+    monkeypatch.setattr(mutant_check, "mutant_cache", {})
     rule, model = next((r, m) for n, r, m, _ in ALL_ROWS if n == name)
     row = runner.run_row(name, rule, model, INVARIANT_OK)
     assert row.mutant_rejected is False

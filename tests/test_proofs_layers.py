@@ -123,26 +123,55 @@ def test_the_check_sees_an_upward_import_and_a_cycle():
     assert "catalog imports kvreach.cli.render, a layer above proofs/" in layering_errors(graph)
 
 
-TREES = ("proofs", "spec", "impl", "kvreach")
+TREES = ("proofs", "spec", "impl", "kvreach", "tests", "scripts", "bench")
+# where an installed name lives in the checkout (pyproject.toml's package-dir)
+PACKAGE_DIRS = {"kvreach.spec": "spec", "kvreach.proofs": "proofs", "kvreach.impl": "impl",
+                "kvreach": "kvreach"}
+
+
+def _is_module(dotted: str) -> bool:
+    """``dotted`` (``kvreach.x.y``) names a module or package of the checkout."""
+    for prefix, folder in sorted(PACKAGE_DIRS.items(), key=lambda kv: -len(kv[0])):
+        if dotted == prefix or dotted.startswith(prefix + "."):
+            rest = dotted[len(prefix):].lstrip(".").replace(".", "/")
+            base = ROOT / folder / rest if rest else ROOT / folder
+            return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+    return False
 
 
 def private_imports() -> list[str]:
     """Every ``from kvreach.X import _y`` (a name with one leading
-    underscore) in proofs/, spec/, impl/ and kvreach/ (the CLI and conform
-    packages included: a helper their modules share has a public name)."""
+    underscore), and every ``m._y`` where ``m`` is a kvreach module the file
+    imported, in proofs/, spec/, impl/, kvreach/ (the CLI and conform
+    packages included: a helper their modules share has a public name),
+    tests/, scripts/ and bench/ (what a test or a script needs is public)."""
     out = []
     for tree in TREES:
         for path in sorted((ROOT / tree).rglob("*.py")):
             rel = path.relative_to(ROOT / tree).with_suffix("").parts
-            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{tree}/{'/'.join(rel)}.py"
+            tree_ast = ast.parse(path.read_text(encoding="utf-8"))
+            modules: dict[str, str] = {}  # a local name bound to a kvreach module
+            for n in ast.walk(tree_ast):
+                if isinstance(n, ast.Import):
+                    for a in n.names:
+                        if a.name.startswith("kvreach") and a.asname:
+                            modules[a.asname] = a.name
                 if not (isinstance(n, ast.ImportFrom) and n.module and n.level == 0
                         and n.module.startswith("kvreach")):
                     continue
                 private = [a.name for a in n.names
                            if a.name.startswith("_") and not a.name.startswith("__")]
                 if private:
-                    out.append(f"{tree}/{'/'.join(rel)}.py:{n.lineno} takes {n.module}'s "
-                               + ", ".join(private))
+                    out.append(f"{where}:{n.lineno} takes {n.module}'s " + ", ".join(private))
+                for a in n.names:
+                    if _is_module(f"{n.module}.{a.name}"):
+                        modules[a.asname or a.name] = f"{n.module}.{a.name}"
+            for n in ast.walk(tree_ast):
+                if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                        and n.value.id in modules and n.attr.startswith("_")
+                        and not n.attr.startswith("__")):
+                    out.append(f"{where}:{n.lineno} takes {modules[n.value.id]}'s {n.attr}")
     return out
 
 
@@ -155,12 +184,17 @@ def test_the_private_name_check_sees_one(tmp_path, monkeypatch):
     private lookup-group helper."""
     (tmp_path / "proofs").mkdir()
     (tmp_path / "proofs" / "x.py").write_text("from kvreach.conform import _lookup_group\n")
-    for tree in ("spec", "impl", "kvreach"):
+    for tree in ("spec", "impl", "kvreach", "tests", "scripts", "bench"):
         (tmp_path / tree).mkdir()
     # and one module of a package taking a sibling's private name (the CLI
     # modules once shared their plumbing that way)
     (tmp_path / "kvreach" / "cli").mkdir()
     (tmp_path / "kvreach" / "cli" / "plot.py").write_text("from kvreach.cli._common import _out\n")
+    # and a script reading a module's private name through the module
+    (tmp_path / "proofs" / "neighbours.py").write_text("def _geometries(): pass\n")
+    (tmp_path / "scripts" / "check.py").write_text(
+        "from kvreach.proofs import neighbours\nneighbours._geometries()\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert private_imports() == ["proofs/x.py:1 takes kvreach.conform's _lookup_group",
-                                 "kvreach/cli/plot.py:1 takes kvreach.cli._common's _out"]
+                                 "kvreach/cli/plot.py:1 takes kvreach.cli._common's _out",
+                                 "scripts/check.py:2 takes kvreach.proofs.neighbours's _geometries"]

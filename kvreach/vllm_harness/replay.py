@@ -74,12 +74,12 @@ def lookup_variant(cex: dict):
     extra) / C))``, and the twin every lookup is checked against
     (``lookups.lookup_groups``) to the same variant. ``vllm-0.33``:
     nothing patched."""
-    variant = cex["lookup_groups"].get("lookup_variant", "vllm-0.33")
-    if variant == "vllm-0.33":
+    variant = cex["lookup_groups"].get("lookup_variant", "vllm-window")
+    if variant == "vllm-window":
         yield
         return
     if variant != "read-window":
-        raise ValueError(f"lookup_groups.lookup_variant = {variant!r}: expected 'vllm-0.33' or "
+        raise ValueError(f"lookup_groups.lookup_variant = {variant!r}: expected 'vllm-window' or "
                          "'read-window'")
     from kvreach.vllm_harness import lookups as lookup_harness
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import config as offload_config

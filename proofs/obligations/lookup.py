@@ -31,8 +31,7 @@ from kvreach.proofs.geometries import Geometry, family, family_text, worked_text
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import z3_max, z3_min
-
-READ_WINDOW = "read-window"
+from kvreach.spec.lookup import READ_WINDOW, VLLM_WINDOW
 
 
 def later_request(ctx: Ctx, computed_tokens) -> z3.BoolRef:
@@ -251,8 +250,8 @@ def _lookup_monotone(ctx: Ctx):
     full, swa = z3.Function("mono_full_hit", I, Bo), z3.Function("mono_swa_hit", I, Bo)
     full_x, swa_x = z3.Function("mono_full_added", I, Bo), z3.Function("mono_swa_added", I, Bo)
     out = []
-    for variant in ("vllm-0.33", READ_WINDOW):
-        lk = ctx.lk if variant == "vllm-0.33" else LookupSym.fresh("mono_rw_", variant, ctx.release)
+    for variant in (VLLM_WINDOW, READ_WINDOW):
+        lk = ctx.lk if variant == VLLM_WINDOW else LookupSym.fresh("mono_rw_", variant, ctx.release)
         same = [] if lk is ctx.lk else [
             getattr(lk, f) == getattr(ctx.lk, f) for f in (
                 "full_block_tokens", "B", "bpc", "W", "extra", "num_tokens",
@@ -300,7 +299,7 @@ def _lookup_run_stored(ctx: Ctx):
     return [flat_query(Query(prem, (r.hit_tokens != D.hit_tokens) == run_stored))]
 
 
-def _hit_preserving_wastes(ctx: Ctx):
+def hit_preserving_wastes_queries(ctx: Ctx):
     """Where ``W - 1`` is a multiple of the chunk, no store rule is both
     hit-preserving and waste-free (docs/findings.md F7): the later request of
     ``A + 1`` tokens sharing them (no GPU-local hit, no ``max_load_tokens``)
@@ -527,7 +526,7 @@ def _run_stored(name: str, variant: str, which: str) -> Obligation:
     )
 
 
-LOOKUP_RUN_STORED = _run_stored("lookup-run-stored", "vllm-0.33", "vLLM 0.33.0's lookup")
+LOOKUP_RUN_STORED = _run_stored("lookup-run-stored", VLLM_WINDOW, "vLLM's lookup (each release's)")
 LOOKUP_RUN_STORED_READ_WINDOW = _run_stored(
     "lookup-run-stored-read-window", READ_WINDOW, "the lookup variant 'read-window'")
 HIT_PRESERVING_WASTES = Obligation(
@@ -541,7 +540,7 @@ HIT_PRESERVING_WASTES = Obligation(
     scope=("geometry: " + _GRID_W1_TEXT + "; the later request any length, shared prefix, GPU-local hit and max_load_tokens "
            "(unbounded), the store dense (a prefix: one request's or a union's); "
            "vLLM 0.33.0's lookup, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE),
-    queries=_hit_preserving_wastes, rule_specific=False, model_specific=False,
+    queries=hit_preserving_wastes_queries, rule_specific=False, model_specific=False,
     grid=_GRID_W1, split=False,
     deep=True, reads=LOOKUP_PARTS,
 )
@@ -587,7 +586,7 @@ def _load_lookup(ctx: Ctx):
     return lk, t, full, swa
 
 
-def _load_reads_checked(ctx: Ctx):
+def load_reads_checked_queries(ctx: Ctx):
     """A chunk ``update_state_after_alloc`` passes to ``prepare_load`` (the
     spec's ``swa_loaded`` / ``full_loaded`` ranges) that the manager does
     not answer HIT (``bounded_keys``' ``swa_hit`` / ``full_hit``). The
@@ -683,9 +682,9 @@ def _plain_later_request(ctx: Ctx) -> list[list]:
 # two tokens into an SWA chunk, the full-attention group an EAGLE group) and
 # 0.30.0's (extra_retained_tokens > 0), run first so that a release's
 # counterexample decodes to its case where it has one.
-_F11_029 = Geometry("F11 0.29.0 case: full block 2, SWA block 4, window 8", 2, 4, 8)
-_F11_030 = Geometry("F11 0.30.0 case: SWA only, block 2, window 4, extra 4", None, 2, 4, extra=4)
-_GRID_LOAD = (_F11_029, _F11_030) + _geometries_of_the_lookup()
+F11_029 = Geometry("F11 0.29.0 case: full block 2, SWA block 4, window 8", 2, 4, 8)
+F11_030 = Geometry("F11 0.30.0 case: SWA only, block 2, window 4, extra 4", None, 2, 4, extra=4)
+GRID_LOAD = (F11_029, F11_030) + _geometries_of_the_lookup()
 
 LOAD_EARLY = Mutant(  # spec.lookup.lookup
     "load-one-chunk-early", {"load_early_by": 1},
@@ -710,9 +709,9 @@ LOAD_READS_CHECKED = Obligation(
            f"grid's {len(_geometries_of_the_lookup())} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
            "_lookup_complete_chunks (one full-attention, one SWA group)"),
-    queries=_load_reads_checked, cex_decoder=decode_load_reads_checked,
+    queries=load_reads_checked_queries, cex_decoder=decode_load_reads_checked,
     rule_specific=False, model_specific=False,
-    grid=_GRID_LOAD, split=False, replayable=_plain_later_request,
+    grid=GRID_LOAD, split=False, replayable=_plain_later_request,
     witness=replay_load_reads_checked, bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
     reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()
 )

@@ -24,7 +24,7 @@ SCOPE = (
     "shared with each, GPU-local hit and max_load_tokens, unbounded (no key bound: the dense "
     "lookup's closed form and one chunk of its accepted run); no retention interval (the "
     "world's earlier requests store without one: a retention interval promises only some "
-    "later requests, world (a) covers those); geometry: " + worked_text(neighbours._geometries(),
+    "later requests, world (a) covers those); geometry: " + worked_text(neighbours.neighbour_geometries(),
     " without a retention interval") + family_text(", EAGLE") + "; HIT / MISS "
     "answers, one pass of _lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE
 )
@@ -35,7 +35,7 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     f"{NEIGHBOURS_REQUESTS} earlier requests of the same configuration (sharing prefixes) "
     "equals its hit against the union of their dense stores (every chunk each could "
     "offload).",
-    "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours._queries,
+    "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours.neighbour_queries,
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
     split=False, replayable=neighbours.replayable, cex_decoder=neighbours.decode,
     witness=neighbours.replay,

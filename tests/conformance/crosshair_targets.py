@@ -1,7 +1,7 @@
 """CrossHair targets: plain-int adapters around kvreach.impl rules, and
 mutants carrying the *same* deal contracts. A mutant is the one rule with one
-mutation parameter set (``mask._block_mask``'s ``need`` / ``shift``,
-``rules._store_horizon`` / ``rules._store_step``'s ``frontier_final``,
+mutation parameter set (``mask.reachable_block_mask_with``'s ``need`` / ``shift``,
+``rules.store_horizon_chunks_with`` / ``rules.store_step_with``'s ``frontier_final``,
 ``lookup.scan``'s ``reset_window_on_break``), never a copy of it.
 
 Test data for ``tests/conformance/test_crosshair.py`` and
@@ -126,7 +126,7 @@ def mask_need_ceil_w(
     """MUTANT: need = ceil(W / B) (+ EAGLE block) instead of ceil((W - 1) / B)."""
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
     need = cdiv(g.window, g.block_tokens) + g.shift
-    return mask._block_mask(
+    return mask.reachable_block_mask_with(
         start_block, end_block, g, prompt_tokens, final_segment_end_block, need, g.shift
     )
 
@@ -139,7 +139,7 @@ def mask_no_eagle_shift(
 ) -> list[bool] | None:
     """MUTANT: the EAGLE shift of the matched run dropped (shift = 0)."""
     g = _group(block_size, window, alignment_tokens, eagle, dcp_world_size, retention_interval)
-    return mask._block_mask(
+    return mask.reachable_block_mask_with(
         start_block, end_block, g, prompt_tokens, final_segment_end_block, g.need, 0
     )
 
@@ -185,7 +185,7 @@ def horizon_prefix_frontier(
     eagle: bool, retention: bool, finished: bool, num_chunks: int, prompt_horizon_chunks: int
 ) -> int | None:
     """MUTANT (pre-fix horizon): the current step's count is the final segment end."""
-    return rules._store_horizon(
+    return rules.store_horizon_chunks_with(
         _horizon_group(eagle, retention), finished, num_chunks, prompt_horizon_chunks,
         frontier_final=True,
     )
@@ -239,7 +239,7 @@ def store_prefix_frontier(
     """MUTANT (pre-fix horizon) of the vllm-0.33 store step: the mask's final
     segment end is the current storable count, running or not."""
     g = _group(block_size, window, alignment_tokens, False)
-    return rules._store_step(
+    return rules.store_step_with(
         "vllm-0.33", g, RequestConfig(prompt_tokens), cursor, num_chunks, finished,
         frontier_final=True,
     )

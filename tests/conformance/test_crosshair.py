@@ -62,7 +62,7 @@ def test_crosshair_finds_mutant(crosshair_runs, name):
         contracts.set_mode(prev)
 
 
-# The mask mutants call mask._block_mask, mask.reachable_block_mask's body
+# The mask mutants call mask.reachable_block_mask_with, mask.reachable_block_mask's body
 # with need/shift as parameters. With the true values it must be the real
 # function, so each mutant differs from the real rule only by its injected fault.
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,6 +79,6 @@ def test_mask_body_is_faithful(B, W, A, eagle, dcp, R, P, start, span, F):
     except ParamError:
         return
     end = start + span
-    assert mask._block_mask(start, end, g, P, F, g.need, g.shift) == mask.reachable_block_mask(
+    assert mask.reachable_block_mask_with(start, end, g, P, F, g.need, g.shift) == mask.reachable_block_mask(
         start, end, g, P, F
     )

@@ -49,7 +49,7 @@ def _args(obligation, rule, model):
 
     from kvreach.proofs.obligations import OBLIGATIONS
 
-    own = rule == "vllm-0.33" and OBLIGATIONS[obligation].lookup_variant == "vllm-0.33"
+    own = rule == "vllm-0.33" and OBLIGATIONS[obligation].lookup_variant == "vllm-window"
     about = ["--vllm", vllm.__version__] if own else []
     return ["counterexample", obligation, "--rule", rule, "--replay-vllm", "--json"] + about + (
         [] if model == "any" else ["--load-model", model])

@@ -209,11 +209,11 @@ NEIGHBOURS_FAILING = ["window-17 measurement", "PR example, extra_retained_token
 
 @functools.lru_cache(maxsize=None)
 def neighbours_counterexample(geometry_name: str):
-    from kvreach.proofs.neighbours import _geometries
+    from kvreach.proofs.neighbours import neighbour_geometries
 
     import vllm
 
-    g = next(x for x in _geometries() if x.name == geometry_name)
+    g = next(x for x in neighbour_geometries() if x.name == geometry_name)
     # the row about the installed release, the one the replay runs on
     return search.static_counterexample("hit-preservation-neighbours", "vllm-0.33", "any", g,
                                         vllm=vllm.__version__)
@@ -222,13 +222,13 @@ def neighbours_counterexample(geometry_name: str):
 def test_neighbours_counterexamples_are_the_failing_geometries():
     """The geometries replayed below are exactly those where the obligation
     fails for vLLM 0.33.0's rule (none for lookup-window)."""
-    from kvreach.proofs.neighbours import _geometries
+    from kvreach.proofs.neighbours import neighbour_geometries
 
-    failing = [g.name for g in _geometries() if search.static_counterexample(
+    failing = [g.name for g in neighbour_geometries() if search.static_counterexample(
         "hit-preservation-neighbours", "vllm-0.33", "any", g) is not None]
     assert failing == NEIGHBOURS_FAILING
     assert not any(search.static_counterexample("hit-preservation-neighbours", "lookup-window",
-                                                "any", g) for g in _geometries())
+                                                "any", g) for g in neighbour_geometries())
 
 
 @pytest.mark.parametrize("geometry", NEIGHBOURS_FAILING)
