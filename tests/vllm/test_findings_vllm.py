@@ -56,3 +56,23 @@ def test_finding_on_vllm(offline_model_dir, f):
     obs = later_lookups(rec, tokens)[-1]
     assert obs.hit_tokens == f.hit_tokens
     assert sorted(c for g, c in obs.loaded if g == SWA_GROUP) == list(f.swa_loaded)
+
+
+def test_f11_release_replays_run_the_proof_rows_geometries():
+    """F11's release replay cases (``release_replay.UNCHECKED``) are the
+    ``load-reads-checked`` rows' F11 geometries (the proof's grid pins them):
+    one configuration, read from its two uses, not two that drift."""
+    from kvreach.proofs.obligations.lookup import F11_029, F11_030
+    from kvreach.vllm_harness.config import full, swa
+    from kvreach.vllm_harness.release_replay import UNCHECKED
+
+    def groups(g):
+        s = swa(g.swa_block, g.window, g.eagle, g.extra)
+        return (s,) if g.full_block is None else (full(g.full_block), s)
+
+    f11 = scenarios.finding("F11")
+    cases = {rr.case for rr in f11.release_replays}
+    assert cases == {"unchecked-load-029", "unchecked-load-030"} == set(UNCHECKED)
+    assert UNCHECKED["unchecked-load-029"][0] == groups(F11_029)
+    assert UNCHECKED["unchecked-load-030"][0] == groups(F11_030)
+    assert (F11_029.bpc, F11_030.bpc) == (1, 1)  # the replay's blocks_per_chunk
