@@ -12,7 +12,7 @@ from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_step
 from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
-from kvreach.proofs.lookup_groups import lookup_groups_of, lookup_parts_of, release_of  # noqa: F401
+from kvreach.impl.decoded import lookup_groups_of, lookup_parts_of
 from kvreach.proofs.scenarios import LOOKAHEAD_HASHED_END, PR_54362
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.scenario import tokens_per_hash

@@ -57,7 +57,7 @@ import z3
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.framework import Ctx, Query
 from kvreach.proofs.keep import one_shot_mask
-from kvreach.proofs.lookup_groups import lookup_groups_of, lookup_parts_of
+from kvreach.impl.decoded import lookup_groups_of, neighbours_lookup
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.spec.config import z3_max, z3_min
 
@@ -208,38 +208,10 @@ def decode(m, ctx: Ctx) -> dict:
     }
     if lk.release.names != DEFAULT_RELEASE.names:  # the twin looks up under the same release
         out["lookup_groups"]["vllm"] = lk.release.name
-    got, dense, swa = twin(out)  # recorded here; replay() is the check
+    got, dense, swa = neighbours_lookup(out)  # recorded here; replay() is the check
     out |= {"twin_hit_tokens": got.hit_tokens, "twin_dense_hit_tokens": dense.hit_tokens,
             "lost_chunks": lost_chunks(out, dense, swa) if (dense.hit_tokens or 0) > (got.hit_tokens or 0) else []}
     return out
-
-
-def twin(cex: dict, rule: str | None = None):
-    """The counterexample through the twin: the executable rule's one-shot
-    stores of each request at its final horizon, the union the later request
-    sees, and its lookup against it and against the dense union.
-    -> (rule outcome, dense outcome, stored SWA chunks it sees)."""
-    from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
-    from kvreach.impl.rules import store_step
-    from kvreach.params import GroupConfig, RequestConfig
-
-    g = GroupConfig(**cex["config"]["group"])
-    groups = lookup_groups_of(cex["lookup_groups"], g)
-    parts = lookup_parts_of(cex["lookup_groups"])
-    swa, full = set(), 0
-    for q in cex["requests"]:
-        rq = RequestConfig(**(cex["config"]["request"] | {"prompt_tokens": q["prompt_tokens"]}))
-        sh = min(q["later_shared_tokens"], q["offloadable_tokens"])
-        kept = store_step(rule or cex["rule"], g, rq, 0, q["final_horizon_chunks"], True).chunks
-        swa |= {c for c in kept if (c + 1) * g.chunk_tokens <= sh}
-        full = max(full, sh)
-    lr = cex["later_request"]
-    req = LaterRequest(lr["num_tokens"], lr["local_hit_tokens"], lr["max_load_tokens"])
-    fulls = [range(full // gr.chunk_tokens) for gr in groups[:-1]]
-    got = lookup(groups, req, StoreContent.of_chunks(fulls + [sorted(swa)]), parts=parts)
-    dense = lookup(groups, req, StoreContent.of_chunks(fulls + [range(full // g.chunk_tokens)]),
-                   parts=parts)
-    return got, dense, swa
 
 
 def replay(cex: dict) -> list[int]:
@@ -247,7 +219,7 @@ def replay(cex: dict) -> list[int]:
     missing from the union of the rule's stores, and the twin's hit against
     that union is shorter. -> the chunks of the dense hit's last run the
     union lacks (the witness; ``[]`` if the twin does not confirm)."""
-    got, dense, swa = twin(cex)
+    got, dense, swa = neighbours_lookup(cex)
     if dense.hit_tokens != cex["spec_dense_hit_tokens"] or cex["chunk"] in swa:
         return []
     if (dense.hit_tokens or 0) <= (got.hit_tokens or 0):

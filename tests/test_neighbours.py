@@ -17,6 +17,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvreach.impl.decoded import neighbours_lookup
 from kvreach.proofs import neighbours, runner
 from kvreach.proofs.config import NEIGHBOURS_REQUESTS
 from kvreach.proofs.geometries import GEOMETRIES
@@ -73,7 +74,7 @@ def scenarios(draw):
 @given(case=scenarios())
 def test_lookup_window_union_hits_as_dense(case):
     g, reqs, later = case
-    got, dense, _ = neighbours.twin(_cex(g, "lookup-window", reqs, later))
+    got, dense, _ = neighbours_lookup(_cex(g, "lookup-window", reqs, later))
     assert got.hit_tokens == dense.hit_tokens, (g.name, reqs, later)
 
 
@@ -85,7 +86,7 @@ def test_vllm_033_never_longer_and_equal_where_proved(case):
     is unsat (PR #54362's example, SWA only, block 16 with windows 128 and
     1024; docs/findings.md F6)."""
     g, reqs, later = case
-    got, dense, _ = neighbours.twin(_cex(g, "vllm-0.33", reqs, later))
+    got, dense, _ = neighbours_lookup(_cex(g, "vllm-0.33", reqs, later))
     assert (got.hit_tokens or 0) <= (dense.hit_tokens or 0)
     if g.name not in FAILING_VLLM_033:
         assert got.hit_tokens == dense.hit_tokens, (g.name, reqs, later)

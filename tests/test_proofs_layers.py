@@ -21,7 +21,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x) for x in (
     # obligation record, the release matrix, the findings
     {"results", "cache", "config", "framework", "matrix", "scenarios"},
     # helpers of queries and counterexamples
-    {"flatten", "keep", "mutants", "geometries", "lookup_groups"},
+    {"flatten", "keep", "mutants", "geometries"},
     # induction queries, world (b), decoding, the store obligations
     {"induction", "neighbours", "decode", "obligations.store"},
     {"obligations.lookup", "obligations.neighbours", "obligations.restarts"},
@@ -198,3 +198,38 @@ def test_the_private_name_check_sees_one(tmp_path, monkeypatch):
     assert private_imports() == ["proofs/x.py:1 takes kvreach.conform's _lookup_group",
                                  "kvreach/cli/plot.py:1 takes kvreach.cli._common's _out",
                                  "scripts/check.py:2 takes kvreach.proofs.neighbours's _geometries"]
+
+
+# What the vLLM harness may read of proofs/: the obligation records (each
+# one's replay story) and the lookahead lifecycle a decoded no-waste model
+# is replayed with. A counterexample's twin (its lookup groups, world (b)'s
+# lookup) is kvreach.impl's (impl/decoded.py), not proofs'.
+HARNESS_READS_OF_PROOFS = {"kvreach.proofs.obligations", "kvreach.proofs.obligations.restarts",
+                           "kvreach.proofs.decode"}
+
+
+def harness_proofs_imports(root: Path) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for path in sorted((root / "kvreach" / "vllm_harness").rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("kvreach.proofs"):
+                out.setdefault(n.module, set()).add(path.name)
+    return out
+
+
+def test_the_harness_replays_through_impl_not_proofs():
+    got = harness_proofs_imports(ROOT)
+    assert set(got) <= HARNESS_READS_OF_PROOFS, {m: f for m, f in got.items()
+                                                 if m not in HARNESS_READS_OF_PROOFS}
+    assert "kvreach.proofs.neighbours" not in got
+
+
+def test_impl_imports_neither_spec_nor_proofs():
+    bad = []
+    for path in sorted((ROOT / "impl").rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = ([n.module] if isinstance(n, ast.ImportFrom) and n.module else
+                    [a.name for a in n.names] if isinstance(n, ast.Import) else [])
+            bad += [f"{path.name}: {m}" for m in mods
+                    if m.startswith(("kvreach.spec", "kvreach.proofs"))]
+    assert not bad, bad

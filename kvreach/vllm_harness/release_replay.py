@@ -305,7 +305,7 @@ def neighbours(model_dir: str, cex: dict) -> dict:
     connector: each earlier request's one-shot stores, then the later
     request against their union and against dense stores; every lookup
     against the release's twin, the result against
-    ``proofs.neighbours.twin`` under the release's lookup."""
+    ``kvreach.impl.decoded.neighbours_lookup`` under the release's lookup."""
     from kvreach.vllm_harness.replay import replay_neighbours
 
     r = record()

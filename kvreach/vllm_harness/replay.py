@@ -313,14 +313,14 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
     prefix cache reset between them; then the later request against the
     union of the keys ``prepare_store`` accepted for them, and against every
     key any of them could offload (dense).
-    -> vLLM's and the twin's (``proofs.neighbours.twin``) hits, and each
+    -> vLLM's and the twin's (``kvreach.impl.decoded.neighbours_lookup``) hits, and each
     request's stored SWA chunks: vLLM's and the one-shot decision's.
     ``release`` (the installed vLLM's record): vLLM's stock connector, the
     twin of each lookup and the one-shot decision that release's (``rule``
     its store rule), the twin's result under that release's lookup."""
     from kvreach.impl.rules import store_step
     from kvreach.params import GroupConfig, RequestConfig
-    from kvreach.proofs.neighbours import twin
+    from kvreach.impl.decoded import neighbours_lookup
 
     _no_local_hit(cex)
     for q in cex["requests"]:
@@ -368,7 +368,7 @@ def replay_neighbours(model_dir: str, cex: dict, rule: str, load_model: str | No
     assert_rule_ran(run)
     if release is not None:  # the twin under the installed release's lookup
         cex = cex | {"lookup_groups": cex["lookup_groups"] | {"vllm": release.name}}
-    got, dense_out, _ = twin(cex, rule)
+    got, dense_out, _ = neighbours_lookup(cex, rule)
     return {"vllm": {"hit_tokens": hits[0], "dense_hit_tokens": hits[1],
                      "stored_swa_chunks": stored["vllm"]},
             "kvreach": {"hit_tokens": got.hit_tokens, "dense_hit_tokens": dense_out.hit_tokens,
