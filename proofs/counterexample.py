@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvreach.params import ParamError
 from kvreach.proofs import rows, runner
+from kvreach.proofs.matrix import check_vllm, representative
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 
 
@@ -47,8 +49,6 @@ def vllm_group(obligation: str, rule: str, load_model: str, vllm: str | None) ->
     """The release group of the row about vLLM ``vllm`` (None: 0.33.0's);
     ParamError when the obligation has no row about it under ``rule``
     (kvreach's own rule is scored against 0.33.0's lookup only)."""
-    from kvreach.params import ParamError
-    from kvreach.proofs.matrix import check_vllm
 
     if vllm is None:
         return rows.default_vllm(obligation, rule)
@@ -76,8 +76,6 @@ def check_lookahead(obligation: str, rule: str, load_model: str, group: str,
     """``--hash-lookahead-tokens N``: ParamError unless N >= 0 and, for
     N >= 1, the row has L symbolic (:func:`rows.models_lookahead`: its
     obligation models lookahead block hashes and its releases have them)."""
-    from kvreach.params import ParamError
-    from kvreach.proofs.matrix import representative
 
     if hash_lookahead_tokens is None:
         return

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import z3
 
-from kvreach.impl.lifecycle import Lifecycle, Trace, run
+from kvreach.impl.decoded import lookup_groups_of, lookup_parts_of
+from kvreach.impl.lifecycle import OUTCOMES, Lifecycle, Trace, VllmStep, run, run_vllm
+from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_step
+from kvreach.impl.worlds import later_lookup
 from kvreach.params import GroupConfig, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
-from kvreach.impl.decoded import lookup_groups_of, lookup_parts_of
 from kvreach.proofs.scenarios import LOOKAHEAD_HASHED_END, PR_54362
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.scenario import tokens_per_hash
@@ -90,7 +92,6 @@ def _record_release(lg: dict, lk) -> None:
 def later_lookup_of(trace: Trace, cex: dict):
     """The decoded later request's lookup (``kvreach.impl.worlds``) against the
     replayed trace's stores and dense ones."""
-    from kvreach.impl.worlds import later_lookup
 
     lr = cex["later_request"]
     groups = lookup_groups_of(cex["lookup_groups"], trace.group)
@@ -182,7 +183,6 @@ def decode_bmc_restarts(m, ctx, sts, trs, depth: int, replay: bool = True) -> di
     """A world-"restarts" counterexample (``proofs/obligations/restarts.py``): the steps with
     their kinds, sizes, the manager's answers and the tracked chunk's null
     block, replayed through ``kvreach.impl.lifecycle.run_vllm``."""
-    from kvreach.impl.lifecycle import OUTCOMES, VllmStep, run_vllm
 
     g, r = to_concrete(m, ctx.s)
     c = _v(m, ctx.c)
@@ -247,7 +247,6 @@ def unloaded_kept_chunk(cex: dict) -> list[int]:
     max_load_tokens; with L its chunk keys cover the L tokens after each
     chunk, ``LaterRequest.hash_lookahead_tokens``) looks up; ``[chunk]`` if
     none of them loads the decoded chunk."""
-    from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
 
     g = GroupConfig(**cex["config"]["group"])
     r = RequestConfig(**cex["config"]["request"])

@@ -15,11 +15,10 @@ import z3
 
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig
+from kvreach.spec.lookup import LookupSym
 
 
 def _fresh_lookup():
-    from kvreach.spec.lookup import LookupSym
-
     return LookupSym.fresh("later_")
 
 

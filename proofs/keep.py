@@ -8,6 +8,7 @@ import z3
 
 from kvreach.proofs.framework import Ctx
 from kvreach.spec import mask
+from kvreach.spec.rules import final_segment_end, lookup_window_keep
 
 
 def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
@@ -17,12 +18,10 @@ def one_shot_mask(ctx: Ctx, c, H) -> z3.BoolRef:
     if ctx.mutant.get("keep_every_chunk"):
         return z3.BoolVal(True)
     if ctx.rule == "lookup-window":
-        from kvreach.spec.rules import lookup_window_keep
 
         return lookup_window_keep(s, c)
     if ctx.rule == "vllm-0.29":
         wc = z3.Int("wc_mask")
         return z3.And(mask.v029_window_chunks(s, wc), mask.v029_chunk_reachable(s, c, H, wc))
-    from kvreach.spec.rules import final_segment_end
 
     return mask.chunk_reachable(s, c, final_segment_end(s, H))

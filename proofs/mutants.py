@@ -15,7 +15,7 @@ from dataclasses import replace
 import z3
 
 from kvreach.proofs.framework import Mutant
-from kvreach.spec.rules import StoreStep, v033_store
+from kvreach.spec.rules import StoreStep, lookup_window_store, v033_store
 
 # --- store decisions (lifecycle obligations) ----------------------------------
 
@@ -52,7 +52,6 @@ def lookup_window_short_store(s, cursor, n, finished, c, aux):
     """kvreach's ``lookup-window`` keeping one chunk fewer before each
     boundary (``short_by=1`` of the one rule): the run a repeated prompt of a
     whole number of alignments needs breaks."""
-    from kvreach.spec.rules import lookup_window_store
 
     return lookup_window_store(s, cursor, n, finished, c, aux, short_by=1)
 

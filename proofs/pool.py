@@ -15,7 +15,7 @@ import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
 
-from kvreach.params import RULES, check_load_model, check_rule
+from kvreach.params import RULES, ParamError, check_load_model, check_rule
 from kvreach.proofs.matrix import check_vllm
 from kvreach.proofs import cache
 from kvreach.proofs.config import measured_rlimits
@@ -49,7 +49,6 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     """Yield one Row per (obligation, rule, load model, vllm group),
     invariants first; ``vllm``: a version, the rows about it."""
     if obligation is not None and obligation not in OBLIGATIONS:
-        from kvreach.params import ParamError
 
         raise ParamError("obligation", obligation, "one of " + ", ".join(OBLIGATIONS))
     if rule is not None:
