@@ -109,3 +109,36 @@ def test_deep_rows_run_with_deep_or_by_name_only():
     assert "hit-preservation-neighbours" in {n for n, o in OBLIGATIONS.items() if o.deep}
     assert rows.selected_rows("hit-preservation-neighbours", None, None) == list(
         rows.rows_for("hit-preservation-neighbours", None, None))
+
+
+def _bench_shapes():
+    """bench/bench_hits.py's shapes as (full block, SWA block, blocks_per_chunk):
+    every real model's groups (kvreach.models' presets) and offload chunks."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_hits.py"
+    spec = importlib.util.spec_from_file_location("bench_hits", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return {(fb, sb, bpc) for _, fb, sb, _w, _extra, bpc, _eagle in bench.SHAPES}
+
+
+def _shapes(grid):
+    return {(g.full_block, g.swa_block, g.bpc) for g in grid if not hasattr(g, "window")}
+
+
+def test_every_bench_shape_is_a_family_member_of_each_row_over_it():
+    """Each real shape bench/bench_hits.py measures (DeepSeek-V4-Flash's
+    compressor states, full block 256 over SWA block 8 and 4, among them) is
+    a member of the family, and of every row's grid over it;
+    hit-preserving-wastes' members are those with a full-attention block
+    larger than the SWA block (its premise)."""
+    bench = _bench_shapes()
+    assert {(256, 8, 1), (256, 4, 1)} <= bench
+    assert bench <= _shapes(family())
+    for name in ("hit-preservation-neighbours", "lookup-run-stored",
+                 "lookup-run-stored-read-window", "lookup-monotone"):
+        assert bench <= _shapes(OBLIGATIONS[name].grid), name
+    wider = {x for x in bench if x[0] is not None and x[0] > x[1]}
+    assert wider <= _shapes(OBLIGATIONS["hit-preserving-wastes"].grid)
