@@ -114,6 +114,13 @@ FAMILY_EXTRA_SHAPES = ((256, 64, 1), (64, 32, 1), (32, 16, 1), (32, 16, 8), (32,
 # lookup-window were undecided whole within 60 M units each at both
 # compressor shapes, and decided split (docs/proofs-cost.md).
 FAMILY_SPLIT_SHAPES = ((256, 8, 1), (256, 4, 1))
+# The members whose lifecycle step (hit-preservation-family) is decided per
+# leaf of the runner's cube (step kind x EAGLE x retention mode), each leaf one
+# check, with no further split inside (BlockShape.cube_only): with the
+# runner's inner splits (3 M units a node) they were undecided within 20 M
+# units (36 / 4 also at 60 M with the window splits first); per cube leaf
+# every check is decided within 8 M (docs/proofs-cost.md).
+FAMILY_CUBE_ONLY_SHAPES = ((36, 4, 1), (256, 8, 1), (256, 4, 1))
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,9 @@ class BlockShape:
     shorter than the alignment (as in the worked geometries), no EAGLE, no ``extra_retained_tokens``, no retention interval (the premise
     of ``hit-preserving-wastes``). ``split``: a static obligation with
     ``Obligation.static_splits`` case splits each of its queries here (one
-    check each elsewhere)."""
+    check each elsewhere). ``cube_only``: a lifecycle row's step here is one
+    check per leaf of the runner's cube (``solve.solve_cases``), no inner
+    split."""
 
     full_block: int | None
     swa_block: int
@@ -138,6 +147,7 @@ class BlockShape:
     no_eagle: bool = False
     window_one_past_chunks: bool = False
     split: bool = False
+    cube_only: bool = False
     example = None  # no worked example: a counterexample search uses the readable bounds
 
     @property
@@ -174,7 +184,8 @@ def family(**kw) -> tuple[BlockShape, ...]:
     flags)."""
     shapes = [(B if f == "same" else f, B, 1) for B in FAMILY_SWA_BLOCKS for f in FAMILY_FULL_BLOCKS]
     shapes += [x for x in FAMILY_EXTRA_SHAPES if x not in shapes]
-    return tuple(BlockShape(f, B, bpc, split=(f, B, bpc) in FAMILY_SPLIT_SHAPES, **kw)
+    return tuple(BlockShape(f, B, bpc, split=(f, B, bpc) in FAMILY_SPLIT_SHAPES,
+                            cube_only=(f, B, bpc) in FAMILY_CUBE_ONLY_SHAPES, **kw)
                  for f, B, bpc in shapes)
 
 

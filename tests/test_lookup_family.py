@@ -7,8 +7,8 @@ for ``lookup-window`` (whose stores are sized for the unplanted lookup)
 rejects it there: in the member full block 64 / SWA block 32 (with the
 full-attention block the SWA block's, or SWA only, the alignment is one
 chunk and lookup-window stores every chunk, so no window change loses a hit
-there). ``hit-preservation``'s step, which the family does not yet lift,
-rejects it there too.
+there). ``hit-preservation``'s step rejects it there too, and so does
+``hit-preservation-family`` (that step over the family).
 """
 
 from __future__ import annotations
@@ -46,12 +46,13 @@ def window_one_chunk_wider_at_block_32(monkeypatch):
     monkeypatch.setattr(spec_lookup, "lookup", planted)
 
 
-def _step_verdict(geometry):
-    ob = OBLIGATIONS["hit-preservation"]
+def _step_verdict(geometry, name="hit-preservation"):
+    ob = OBLIGATIONS[name]
     ctx = rows.ctx_for("lookup-window", "any", release=rows.release_for(
-        "hit-preservation", "lookup-window", None))
+        name, "lookup-window", None))
     ctx.pins = geometry.pins(ctx)
-    return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000))[0]
+    return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000),
+                  not getattr(geometry, "cube_only", False))[0]
 
 
 def _neighbours_verdict(geometry):
@@ -70,6 +71,11 @@ MEMBER_32 = next(g for g in family(retention="none")
                  if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
 
 
+# hit-preservation-family's member of SWA block 32 (the retention interval None or 0)
+FAMILY_ROW_MEMBER_32 = next(g for g in OBLIGATIONS["hit-preservation-family"].grid
+                            if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
+
+
 def test_family_has_swa_block_32_and_the_worked_geometries_do_not():
     assert PLANTED_BLOCK not in {g.swa_block for g in GEOMETRIES}
     assert MEMBER_32 in OBLIGATIONS["hit-preservation-neighbours"].grid
@@ -79,6 +85,17 @@ def test_planted_window_change_at_block_32_is_rejected_by_the_family(
         window_one_chunk_wider_at_block_32):
     assert _neighbours_verdict(MEMBER_32) == z3.sat
     assert _step_verdict(MEMBER_32) == z3.sat  # world (a)'s step too
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_family_row(
+        window_one_chunk_wider_at_block_32):
+    """hit-preservation-family (the per-geometry row's step over the family)
+    rejects the plant at its member full block 64 / SWA block 32."""
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, "hit-preservation-family") == z3.sat
+
+
+def test_unplanted_family_row_member_is_proved():
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, "hit-preservation-family") == z3.unsat
 
 
 def test_planted_window_change_is_invisible_in_a_worked_geometry(
@@ -138,7 +155,7 @@ def test_every_bench_shape_is_a_family_member_of_each_row_over_it():
     assert {(256, 8, 1), (256, 4, 1)} <= bench
     assert bench <= _shapes(family())
     for name in ("hit-preservation-neighbours", "lookup-run-stored",
-                 "lookup-run-stored-read-window", "lookup-monotone"):
+                 "lookup-run-stored-read-window", "lookup-monotone", "hit-preservation-family"):
         assert bench <= _shapes(OBLIGATIONS[name].grid), name
     wider = {x for x in bench if x[0] is not None and x[0] > x[1]}
     assert wider <= _shapes(OBLIGATIONS["hit-preserving-wastes"].grid)

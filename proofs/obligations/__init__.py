@@ -28,6 +28,7 @@ ALL: list[Obligation] = [
     store.LOAD_WITNESS,
     store.CHUNK_MASK_CLOSED_FORM,
     lookup.HIT_PRESERVATION,
+    lookup.HIT_PRESERVATION_FAMILY,
     lookup.NO_WASTE,
     lookup.LOOKUP_PREFIX_SCAN,
     lookup.LOOKUP_SCAN_CLOSED_FORM,
