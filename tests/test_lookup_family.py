@@ -48,8 +48,8 @@ def window_one_chunk_wider_at_block_32(monkeypatch):
 
 def _step_verdict(geometry, name="hit-preservation"):
     ob = OBLIGATIONS[name]
-    ctx = rows.ctx_for("lookup-window", "any", release=rows.release_for(
-        name, "lookup-window", None))
+    ctx = rows.ctx_for("lookup-window", "any", lookup_variant=ob.lookup_variant,
+                       release=rows.release_for(name, "lookup-window", None))
     ctx.pins = geometry.pins(ctx)
     return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000),
                   not getattr(geometry, "cube_only", False))[0]
@@ -96,6 +96,21 @@ def test_planted_window_change_at_block_32_is_rejected_by_the_family_row(
 
 def test_unplanted_family_row_member_is_proved():
     assert _step_verdict(FAMILY_ROW_MEMBER_32, "hit-preservation-family") == z3.unsat
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_read_window_family_row(
+        window_one_chunk_wider_at_block_32):
+    """The same plant under the lookup variant 'read-window' (its window
+    function is the one planted): hit-preservation-read-window-family
+    rejects it at the same member, which is proved without it."""
+    name = "hit-preservation-read-window-family"
+    assert FAMILY_ROW_MEMBER_32 in OBLIGATIONS[name].grid
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, name) == z3.sat
+
+
+def test_unplanted_read_window_family_row_member_is_proved():
+    name = "hit-preservation-read-window-family"
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, name) == z3.unsat
 
 
 def test_planted_window_change_is_invisible_in_a_worked_geometry(
@@ -155,7 +170,8 @@ def test_every_bench_shape_is_a_family_member_of_each_row_over_it():
     assert {(256, 8, 1), (256, 4, 1)} <= bench
     assert bench <= _shapes(family())
     for name in ("hit-preservation-neighbours", "lookup-run-stored",
-                 "lookup-run-stored-read-window", "lookup-monotone", "hit-preservation-family"):
+                 "lookup-run-stored-read-window", "lookup-monotone", "hit-preservation-family",
+                 "hit-preservation-read-window-family"):
         assert bench <= _shapes(OBLIGATIONS[name].grid), name
     wider = {x for x in bench if x[0] is not None and x[0] > x[1]}
     assert wider <= _shapes(OBLIGATIONS["hit-preserving-wastes"].grid)

@@ -438,6 +438,14 @@ HIT_PRESERVATION = Obligation(
 # interval None or 0 symbolic), for the rule it proves (lookup-window): a deep
 # row beside the per-geometry one of the default run (docs/proofs-cost.md).
 _GRID_FAMILY = family()
+_FAMILY_HIT_SCOPE = (
+    "symbolic, unbounded: prompt_tokens >= 1, max_offload_tokens, offload_prompt_only, "
+    "budget >= 1, step sizes, chunk index, the later request (length, shared prefix, "
+    "GPU-local hit, max_load_tokens); excluded: null blocks, prepare_store refusals, "
+    "preemption; geometry: " + family_text(", EAGLE, the retention interval None or 0 (a "
+                                           "positive one: the worked geometry of 72 tokens, "
+                                           "hit-preservation's)")
+    + "; world: single request")
 HIT_PRESERVATION_FAMILY = Obligation(
     "hit-preservation-family",
     "hit-preservation (single-request world) over the block-shape family: no "
@@ -445,13 +453,7 @@ HIT_PRESERVATION_FAMILY = Obligation(
     "(block sizes and blocks_per_chunk fixed; window, extra_retained_tokens, EAGLE "
     "and the retention interval None or 0 symbolic).",
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
-    scope=("symbolic, unbounded: prompt_tokens >= 1, max_offload_tokens, offload_prompt_only, "
-           "budget >= 1, step sizes, chunk index, the later request (length, shared prefix, "
-           "GPU-local hit, max_load_tokens); excluded: null blocks, prepare_store refusals, "
-           "preemption"
-           + "; geometry: " + family_text(", EAGLE, the retention interval None or 0 (a "
-                                          "positive one: hit-preservation's worked geometry)")
-           + "; world: single request" + SCOPE_FULL_NOT_EAGLE),
+    scope=_FAMILY_HIT_SCOPE + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
     grid=_GRID_FAMILY, rules=("lookup-window",), replayable=_no_local_hit,
     reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
@@ -509,6 +511,18 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
+)
+HIT_PRESERVATION_READ_WINDOW_FAMILY = Obligation(
+    "hit-preservation-read-window-family",
+    "hit-preservation-read-window over the block-shape family, for the rule it "
+    "proves (lookup-window): no later request looking up under the variant "
+    "'read-window' loses offload hit tokens to the SWA mask, in every member.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=_FAMILY_HIT_SCOPE + "; lookup variant read-window" + SCOPE_FULL_NOT_EAGLE,
+    step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
+    grid=_GRID_FAMILY, rules=("lookup-window",), replayable=_no_local_hit,
+    lookup_variant=READ_WINDOW, reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+    deep=True,  # over the family: about 90 M units (docs/proofs-cost.md)
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
