@@ -46,10 +46,10 @@ def window_one_chunk_wider_at_block_32(monkeypatch):
     monkeypatch.setattr(spec_lookup, "lookup", planted)
 
 
-def _step_verdict(geometry, name="hit-preservation"):
+def _step_verdict(geometry, name="hit-preservation", rule="lookup-window"):
     ob = OBLIGATIONS[name]
-    ctx = rows.ctx_for("lookup-window", "any", lookup_variant=ob.lookup_variant,
-                       release=rows.release_for(name, "lookup-window", None))
+    ctx = rows.ctx_for(rule, "any", lookup_variant=ob.lookup_variant,
+                       release=rows.release_for(name, rule, None))
     ctx.pins = geometry.pins(ctx)
     return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000),
                   not getattr(geometry, "cube_only", False))[0]
@@ -113,6 +113,22 @@ def test_unplanted_read_window_family_row_member_is_proved():
     assert _step_verdict(FAMILY_ROW_MEMBER_32, name) == z3.unsat
 
 
+ALIGNED_FAMILY = "hit-preservation-read-window-aligned-family"
+ALIGNED_MEMBER_32 = next(g for g in OBLIGATIONS[ALIGNED_FAMILY].grid
+                         if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_aligned_family_row(
+        window_one_chunk_wider_at_block_32):
+    """The aligned row's step (rule vllm-0.33, no EAGLE, no retention
+    interval) over the family rejects the plant at full 64 / SWA 32."""
+    assert _step_verdict(ALIGNED_MEMBER_32, ALIGNED_FAMILY, "vllm-0.33") == z3.sat
+
+
+def test_unplanted_aligned_family_row_member_is_proved():
+    assert _step_verdict(ALIGNED_MEMBER_32, ALIGNED_FAMILY, "vllm-0.33") == z3.unsat
+
+
 def test_planted_window_change_is_invisible_in_a_worked_geometry(
         window_one_chunk_wider_at_block_32):
     """The worked geometry of block 16 and window 128 does not see it (so
@@ -171,7 +187,7 @@ def test_every_bench_shape_is_a_family_member_of_each_row_over_it():
     assert bench <= _shapes(family())
     for name in ("hit-preservation-neighbours", "lookup-run-stored",
                  "lookup-run-stored-read-window", "lookup-monotone", "hit-preservation-family",
-                 "hit-preservation-read-window-family"):
+                 "hit-preservation-read-window-family", ALIGNED_FAMILY):
         assert bench <= _shapes(OBLIGATIONS[name].grid), name
     wider = {x for x in bench if x[0] is not None and x[0] > x[1]}
     assert wider <= _shapes(OBLIGATIONS["hit-preserving-wastes"].grid)

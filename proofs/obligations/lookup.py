@@ -535,6 +535,22 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
 )
+HIT_PRESERVATION_READ_WINDOW_ALIGNED_FAMILY = Obligation(
+    "hit-preservation-read-window-aligned-family",
+    "hit-preservation-read-window-aligned over the block-shape family (its "
+    "members without EAGLE or a retention interval), for rule vllm-0.33.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=(_FAMILY_HIT_SCOPE.replace(
+        ", EAGLE, the retention interval None or 0 (a positive one: the worked geometry of "
+        "72 tokens, hit-preservation's)", "; fixed: EAGLE off, no retention interval")
+        + "; lookup variant read-window; the later requests whose dense hit ends on an SWA "
+        "chunk boundary (every one but a repeated prompt of a whole number of alignments)"
+        + SCOPE_FULL_NOT_EAGLE),
+    step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
+    grid=family(retention="none", no_eagle=True), rules=("vllm-0.33",),
+    lookup_variant=READ_WINDOW, reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+    deep=True,  # over the family: about 10 M units (docs/proofs-cost.md)
+)
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
     "no-waste (single-request world) with the witness later requests looking "
