@@ -235,6 +235,12 @@ class Obligation:
     # rows cost more than the default run's budget holds
     # (docs/proofs-cost.md); rows_for lists them like every other
     deep: bool = False
+    # a static obligation's case splits (ctx -> [Bool], tried in order) for
+    # the geometries that ask for one (``geometries.BlockShape.split``): each
+    # of its queries is decided by ``solve.solve_split`` over them (a short
+    # try per inner node, split further on unknown; every leaf unsat for a
+    # proof) instead of one check; None: one check per query everywhere
+    static_splits: Callable | None = None
 
     def __post_init__(self) -> None:
         assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay

@@ -104,12 +104,23 @@ FAMILY_SWA_BLOCKS = (4, 8, 16, 32, 64)  # every power of two from 4 to 64
 FAMILY_FULL_BLOCKS = (None, "same")  # SWA only, or the full-attention block the SWA block's
 # further shapes of real deployments (bench/bench_hits.py SHAPES) and the
 # blocks_per_chunk > 1 shape of the worked geometries: (full, SWA, blocks_per_chunk).
-# Not in the family: full block 256 over SWA block 4 or 8 (DeepSeek-V4-Flash's
-# compressor states, an alignment of 64 or 32 SWA chunks): hit-preservation-
-# neighbours' query for lookup-window at full 256 / SWA 4 was undecided after
-# 70 M units (457 s), so those shapes stay covered by no lifted proof.
+# Full block 256 over SWA block 8 and 4 are DeepSeek-V4-Flash's compressor
+# states (C128 and C4 layers; blocks_per_chunk 1 as bench_hits.py and the
+# presets take it): an alignment of 32 and 64 SWA chunks.
 FAMILY_EXTRA_SHAPES = ((256, 64, 1), (64, 32, 1), (32, 16, 1), (32, 16, 8), (32, 16, 64),
-                       (16, 16, 16), (36, 4, 1), (16, 8, 2))
+                       (16, 16, 16), (36, 4, 1), (16, 8, 2), (256, 8, 1), (256, 4, 1))
+# The members whose static queries an obligation with ``static_splits`` case
+# splits (BlockShape.split): hit-preservation-neighbours' queries for
+# lookup-window were undecided whole within 60 M units each at both
+# compressor shapes, and decided split (docs/proofs-cost.md).
+FAMILY_SPLIT_SHAPES = ((256, 8, 1), (256, 4, 1))
+# The members whose lifecycle step (hit-preservation-family) is decided per
+# leaf of the runner's cube (step kind x EAGLE x retention mode), each leaf one
+# check, with no further split inside (BlockShape.cube_only): with the
+# runner's inner splits (3 M units a node) they were undecided within 20 M
+# units (36 / 4 also at 60 M with the window splits first); per cube leaf
+# every check is decided within 8 M (docs/proofs-cost.md).
+FAMILY_CUBE_ONLY_SHAPES = ((36, 4, 1), (256, 8, 1), (256, 4, 1))
 
 
 @dataclass(frozen=True)
@@ -123,7 +134,11 @@ class BlockShape:
     ``"none-or-zero"`` (None or 0, symbolic) or ``"none"``. ``no_eagle``: EAGLE off;
     ``window_one_past_chunks``: ``W - 1`` a multiple of the SWA chunk and
     shorter than the alignment (as in the worked geometries), no EAGLE, no ``extra_retained_tokens``, no retention interval (the premise
-    of ``hit-preserving-wastes``)."""
+    of ``hit-preserving-wastes``). ``split``: a static obligation with
+    ``Obligation.static_splits`` case splits each of its queries here (one
+    check each elsewhere). ``cube_only``: a lifecycle row's step here is one
+    check per leaf of the runner's cube (``solve.solve_cases``), no inner
+    split."""
 
     full_block: int | None
     swa_block: int
@@ -131,6 +146,8 @@ class BlockShape:
     retention: str = "none-or-zero"
     no_eagle: bool = False
     window_one_past_chunks: bool = False
+    split: bool = False
+    cube_only: bool = False
     example = None  # no worked example: a counterexample search uses the readable bounds
 
     @property
@@ -167,7 +184,9 @@ def family(**kw) -> tuple[BlockShape, ...]:
     flags)."""
     shapes = [(B if f == "same" else f, B, 1) for B in FAMILY_SWA_BLOCKS for f in FAMILY_FULL_BLOCKS]
     shapes += [x for x in FAMILY_EXTRA_SHAPES if x not in shapes]
-    return tuple(BlockShape(f, B, bpc, **kw) for f, B, bpc in shapes)
+    return tuple(BlockShape(f, B, bpc, split=(f, B, bpc) in FAMILY_SPLIT_SHAPES,
+                            cube_only=(f, B, bpc) in FAMILY_CUBE_ONLY_SHAPES, **kw)
+                 for f, B, bpc in shapes)
 
 
 def family_text(kw_text: str = "") -> str:

@@ -159,6 +159,20 @@ def neighbour_queries(ctx: Ctx) -> list[Query]:
     return [Query(prem + [case], violation) for case in (lk.has_max_load, z3.Not(lk.has_max_load))]
 
 
+def splits(ctx: Ctx) -> list:
+    """The case splits of the queries at the members that ask for them
+    (``geometries.BlockShape.split``: full block 256 over SWA block 8 and 4,
+    undecided whole), tried in order by ``solve.solve_split``: the window
+    (with ``extra_retained_tokens``) longer than the alignment, EAGLE, the
+    window within one SWA chunk, no ``extra_retained_tokens``, no GPU-local
+    hit, ``offload_prompt_only``, a later request shorter than the alignment.
+    Each is a term and its negation: the leaves partition the query."""
+    s, lk = ctx.s, ctx.lk
+    w = lk.W + lk.extra
+    return [w > s.A, s.eagle, w <= s.C, lk.extra == 0, lk.local_hit_tokens == 0,
+            s.prompt_only, lk.num_tokens < s.A]
+
+
 # --- counterexamples ------------------------------------------------------
 
 

@@ -58,12 +58,17 @@ def _non_vacuous(q: Query, ctx: Ctx, r, lifecycle: bool, meter: Meter) -> bool:
     return rv == z3.sat
 
 
-def _static(q: Query, ctx: Ctx, meter: Meter, split: bool = True):
+def _static(q: Query, ctx: Ctx, meter: Meter, split: bool = True, cases: list | None = None):
     """-> ('unsat'|'sat'|'unknown', model, vacuity_ok). ``split=False``: one
     check (the query holds none of the store configuration's symbols the case
-    split is on)."""
+    split is on), or, with ``cases`` (the obligation's ``static_splits`` for a
+    geometry that asks for them), the case split over those
+    (``solve.solve_split``)."""
     if not split:
-        r, m = check_terms(q.premise + [q.violation], LEAF_RL, meter)
+        if cases:
+            r, m = solve.solve_split(q.premise + [q.violation], cases, meter)
+        else:
+            r, m = check_terms(q.premise + [q.violation], LEAF_RL, meter)
         return str(r), m, r == z3.sat or any(
             check_terms(q.premise + small, rl, meter)[0] == z3.sat
             for small, rl in ((_small_lookup(ctx), NODE_RL), ([], LEAF_RL)))
@@ -134,7 +139,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
                 sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
                 sctx.pins = (g.pins(sctx) if g is not None else []) + (
                     search_pins(sctx) if search_pins is not None else [])
-            results = [_static(q, sctx, meter, ob.split) for q in ob.queries(sctx)]
+            cases = (ob.static_splits(sctx) if ob.static_splits is not None
+                     and getattr(g, "split", False) else None)
+            results = [_static(q, sctx, meter, ob.split, cases) for q in ob.queries(sctx)]
             if "sat" in [r for r, _, _ in results]:
                 break
         non_vacuous = all(v for _, _, v in results)
@@ -265,7 +272,7 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
                       release=release)
         ctx.pins = g.pins(ctx)
         q = lifecycle_step_query(ob, ctx)
-        r, _ = decide(q, ctx, True, meter)
+        r, _ = decide(q, ctx, True, meter, not getattr(g, "cube_only", False))
         non_vacuous &= _non_vacuous(q, ctx, r, True, meter)
         if r != z3.unsat:
             failed.append((g, r))

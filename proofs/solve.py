@@ -213,10 +213,12 @@ def solve_split(assertions: list, splits: list, meter: Meter):
     return z3.unsat, None
 
 
-def solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
+def solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter,
+                inner_splits: bool = True):
     """-> (z3.sat|z3.unsat|z3.unknown, model): a short try of the whole query
     (``ROOT_RL``), then every leaf of :func:`_cube` (with :func:`_splits`
-    below it). unsat only if every leaf is unsat; the first sat leaf's model
+    below it; ``inner_splits=False``: none, each leaf one check of
+    ``LEAF_RL``). unsat only if every leaf is unsat; the first sat leaf's model
     otherwise. Every check draws on ``meter`` (an exhausted total leaves the
     remaining leaves ``unknown``)."""
     r, m = check_terms(assertions, ROOT_RL, meter)
@@ -224,7 +226,8 @@ def solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
         return r, m
     verdict = z3.unsat
     for case in _cube(ctx, lifecycle):
-        r, m = solve_split(assertions + case, _splits(ctx, lifecycle), meter)
+        r, m = solve_split(assertions + case, _splits(ctx, lifecycle) if inner_splits else [],
+                           meter)
         if r == z3.sat:
             return r, m
         if r == z3.unknown:
@@ -232,12 +235,12 @@ def solve_cases(assertions: list, ctx: Ctx, lifecycle: bool, meter: Meter):
     return verdict, None
 
 
-def decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter):
+def decide(q: Query, ctx: Ctx, lifecycle: bool, meter: Meter, inner_splits: bool = True):
     """The query's verdict, case split, within ``CASES_RL`` resources (and
-    what the row's ``meter`` has left)."""
+    what the row's ``meter`` has left); ``inner_splits``: :func:`solve_cases`'."""
     sub = Meter(CASES_RL if meter.left() is None else min(CASES_RL, meter.left()))
     try:
-        return solve_cases(q.premise + [q.violation], ctx, lifecycle, sub)
+        return solve_cases(q.premise + [q.violation], ctx, lifecycle, sub, inner_splits)
     finally:
         charge(meter, sub)
 

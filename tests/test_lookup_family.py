@@ -7,8 +7,8 @@ for ``lookup-window`` (whose stores are sized for the unplanted lookup)
 rejects it there: in the member full block 64 / SWA block 32 (with the
 full-attention block the SWA block's, or SWA only, the alignment is one
 chunk and lookup-window stores every chunk, so no window change loses a hit
-there). ``hit-preservation``'s step, which the family does not yet lift,
-rejects it there too.
+there). ``hit-preservation``'s step rejects it there too, and so does
+``hit-preservation-family`` (that step over the family).
 """
 
 from __future__ import annotations
@@ -46,12 +46,13 @@ def window_one_chunk_wider_at_block_32(monkeypatch):
     monkeypatch.setattr(spec_lookup, "lookup", planted)
 
 
-def _step_verdict(geometry):
-    ob = OBLIGATIONS["hit-preservation"]
-    ctx = rows.ctx_for("lookup-window", "any", release=rows.release_for(
-        "hit-preservation", "lookup-window", None))
+def _step_verdict(geometry, name="hit-preservation", rule="lookup-window"):
+    ob = OBLIGATIONS[name]
+    ctx = rows.ctx_for(rule, "any", lookup_variant=ob.lookup_variant,
+                       release=rows.release_for(name, rule, None))
     ctx.pins = geometry.pins(ctx)
-    return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000))[0]
+    return decide(lifecycle_step_query(ob, ctx), ctx, True, Meter(200_000_000),
+                  not getattr(geometry, "cube_only", False))[0]
 
 
 def _neighbours_verdict(geometry):
@@ -70,6 +71,11 @@ MEMBER_32 = next(g for g in family(retention="none")
                  if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
 
 
+# hit-preservation-family's member of SWA block 32 (the retention interval None or 0)
+FAMILY_ROW_MEMBER_32 = next(g for g in OBLIGATIONS["hit-preservation-family"].grid
+                            if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
+
+
 def test_family_has_swa_block_32_and_the_worked_geometries_do_not():
     assert PLANTED_BLOCK not in {g.swa_block for g in GEOMETRIES}
     assert MEMBER_32 in OBLIGATIONS["hit-preservation-neighbours"].grid
@@ -79,6 +85,48 @@ def test_planted_window_change_at_block_32_is_rejected_by_the_family(
         window_one_chunk_wider_at_block_32):
     assert _neighbours_verdict(MEMBER_32) == z3.sat
     assert _step_verdict(MEMBER_32) == z3.sat  # world (a)'s step too
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_family_row(
+        window_one_chunk_wider_at_block_32):
+    """hit-preservation-family (the per-geometry row's step over the family)
+    rejects the plant at its member full block 64 / SWA block 32."""
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, "hit-preservation-family") == z3.sat
+
+
+def test_unplanted_family_row_member_is_proved():
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, "hit-preservation-family") == z3.unsat
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_read_window_family_row(
+        window_one_chunk_wider_at_block_32):
+    """The same plant under the lookup variant 'read-window' (its window
+    function is the one planted): hit-preservation-read-window-family
+    rejects it at the same member, which is proved without it."""
+    name = "hit-preservation-read-window-family"
+    assert FAMILY_ROW_MEMBER_32 in OBLIGATIONS[name].grid
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, name) == z3.sat
+
+
+def test_unplanted_read_window_family_row_member_is_proved():
+    name = "hit-preservation-read-window-family"
+    assert _step_verdict(FAMILY_ROW_MEMBER_32, name) == z3.unsat
+
+
+ALIGNED_FAMILY = "hit-preservation-read-window-aligned-family"
+ALIGNED_MEMBER_32 = next(g for g in OBLIGATIONS[ALIGNED_FAMILY].grid
+                         if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK)
+
+
+def test_planted_window_change_at_block_32_is_rejected_by_the_aligned_family_row(
+        window_one_chunk_wider_at_block_32):
+    """The aligned row's step (rule vllm-0.33, no EAGLE, no retention
+    interval) over the family rejects the plant at full 64 / SWA 32."""
+    assert _step_verdict(ALIGNED_MEMBER_32, ALIGNED_FAMILY, "vllm-0.33") == z3.sat
+
+
+def test_unplanted_aligned_family_row_member_is_proved():
+    assert _step_verdict(ALIGNED_MEMBER_32, ALIGNED_FAMILY, "vllm-0.33") == z3.unsat
 
 
 def test_planted_window_change_is_invisible_in_a_worked_geometry(
@@ -109,3 +157,37 @@ def test_deep_rows_run_with_deep_or_by_name_only():
     assert "hit-preservation-neighbours" in {n for n, o in OBLIGATIONS.items() if o.deep}
     assert rows.selected_rows("hit-preservation-neighbours", None, None) == list(
         rows.rows_for("hit-preservation-neighbours", None, None))
+
+
+def _bench_shapes():
+    """bench/bench_hits.py's shapes as (full block, SWA block, blocks_per_chunk):
+    every real model's groups (kvreach.models' presets) and offload chunks."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_hits.py"
+    spec = importlib.util.spec_from_file_location("bench_hits", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return {(fb, sb, bpc) for _, fb, sb, _w, _extra, bpc, _eagle in bench.SHAPES}
+
+
+def _shapes(grid):
+    return {(g.full_block, g.swa_block, g.bpc) for g in grid if not hasattr(g, "window")}
+
+
+def test_every_bench_shape_is_a_family_member_of_each_row_over_it():
+    """Each real shape bench/bench_hits.py measures (DeepSeek-V4-Flash's
+    compressor states, full block 256 over SWA block 8 and 4, among them) is
+    a member of the family, and of every row's grid over it;
+    hit-preserving-wastes' members are those with a full-attention block
+    larger than the SWA block (its premise)."""
+    bench = _bench_shapes()
+    assert {(256, 8, 1), (256, 4, 1)} <= bench
+    assert bench <= _shapes(family())
+    for name in ("hit-preservation-neighbours", "lookup-run-stored",
+                 "lookup-run-stored-read-window", "lookup-monotone", "hit-preservation-family",
+                 "hit-preservation-read-window-family", ALIGNED_FAMILY):
+        assert bench <= _shapes(OBLIGATIONS[name].grid), name
+    wider = {x for x in bench if x[0] is not None and x[0] > x[1]}
+    assert wider <= _shapes(OBLIGATIONS["hit-preserving-wastes"].grid)

@@ -355,11 +355,12 @@ def _geometries_no_eagle_no_retention():
 # scheduler, tests/vllm), then every member of the block-shape family
 # (``geometries.family``: block sizes and blocks_per_chunk fixed, window,
 # extra_retained_tokens, EAGLE and the retention interval's None / 0 symbolic).
-# Lifted to the family so far: hit-preserving-wastes (and world (b)'s
-# hit-preservation-neighbours, proofs/neighbours.py). The other rows stay per
-# worked geometry: over the family, hit-preservation's step for lookup-window
-# was undecided within 10 M units for full 36 / SWA 4 and full 256 / SWA 64
-# (docs/proofs-cost.md), and the static rows were not measured in time.
+# Lifted to the family so far: hit-preserving-wastes, lookup-run-stored(-read-
+# window), lookup-monotone (and world (b)'s hit-preservation-neighbours,
+# proofs/neighbours.py), and hit-preservation's step for lookup-window as its
+# own deep obligation, hit-preservation-family (the members 36 / 4, 256 / 8
+# and 256 / 4 decided per cube leaf: geometries.FAMILY_CUBE_ONLY_SHAPES).
+# The other rows stay per worked geometry (docs/proofs-cost.md).
 _GRID = _geometries()
 _GRID_LOOKUP = _geometries_of_the_lookup()
 # lookup-run-stored and lookup-monotone: the worked geometries the lookup
@@ -432,6 +433,32 @@ HIT_PRESERVATION = Obligation(
     reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation", on_releases=True), trace_witness=lost_hit_chunks,
 )
+# hit-preservation over the block-shape family (every member, the retention
+# interval None or 0 symbolic), for the rule it proves (lookup-window): a deep
+# row beside the per-geometry one of the default run (docs/proofs-cost.md).
+_GRID_FAMILY = family()
+_FAMILY_HIT_SCOPE = (
+    "symbolic, unbounded: prompt_tokens >= 1, max_offload_tokens, offload_prompt_only, "
+    "budget >= 1, step sizes, chunk index, the later request (length, shared prefix, "
+    "GPU-local hit, max_load_tokens); excluded: null blocks, prepare_store refusals, "
+    "preemption; geometry: " + family_text(", EAGLE, the retention interval None or 0 (a "
+                                           "positive one: the worked geometry of 72 tokens, "
+                                           "hit-preservation's)")
+    + "; world: single request")
+HIT_PRESERVATION_FAMILY = Obligation(
+    "hit-preservation-family",
+    "hit-preservation (single-request world) over the block-shape family: no "
+    "later request loses offload hit tokens to the SWA mask, in every member "
+    "(block sizes and blocks_per_chunk fixed; window, extra_retained_tokens, EAGLE "
+    "and the retention interval None or 0 symbolic).",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=_FAMILY_HIT_SCOPE + SCOPE_FULL_NOT_EAGLE,
+    step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
+    grid=_GRID_FAMILY, rules=("lookup-window",), replayable=_no_local_hit,
+    reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+    # over the family: about 100 M units (docs/proofs-cost.md)
+    deep=True,
+)
 NO_WASTE = Obligation(
     "no-waste",
     "Every chunk the rule keeps at the request's final horizon is loaded "
@@ -484,6 +511,18 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation"), trace_witness=lost_hit_chunks,
 )
+HIT_PRESERVATION_READ_WINDOW_FAMILY = Obligation(
+    "hit-preservation-read-window-family",
+    "hit-preservation-read-window over the block-shape family, for the rule it "
+    "proves (lookup-window): no later request looking up under the variant "
+    "'read-window' loses offload hit tokens to the SWA mask, in every member.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=_FAMILY_HIT_SCOPE + "; lookup variant read-window" + SCOPE_FULL_NOT_EAGLE,
+    step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
+    grid=_GRID_FAMILY, rules=("lookup-window",), replayable=_no_local_hit,
+    lookup_variant=READ_WINDOW, reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+    deep=True,  # over the family: about 90 M units (docs/proofs-cost.md)
+)
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
     "hit-preservation-read-window for the later requests whose dense hit "
@@ -494,6 +533,22 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+)
+HIT_PRESERVATION_READ_WINDOW_ALIGNED_FAMILY = Obligation(
+    "hit-preservation-read-window-aligned-family",
+    "hit-preservation-read-window-aligned over the block-shape family (its "
+    "members without EAGLE or a retention interval), for rule vllm-0.33.",
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=(_FAMILY_HIT_SCOPE.replace(
+        ", EAGLE, the retention interval None or 0 (a positive one: the worked geometry of "
+        "72 tokens, hit-preservation's)", "; fixed: EAGLE off, no retention interval")
+        + "; lookup variant read-window; the later requests whose dense hit ends on an SWA "
+        "chunk boundary (every one but a repeated prompt of a whole number of alignments)"
+        + SCOPE_FULL_NOT_EAGLE),
+    step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
+    grid=family(retention="none", no_eagle=True), rules=("vllm-0.33",),
+    lookup_variant=READ_WINDOW, reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+    deep=True,  # over the family: about 10 M units (docs/proofs-cost.md)
 )
 NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",

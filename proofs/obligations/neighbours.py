@@ -37,7 +37,7 @@ HIT_PRESERVATION_NEIGHBOURS = Obligation(
     "offload).",
     "static", mutant=mutants.NEIGHBOURS_SHORT, scope=SCOPE, queries=neighbours.neighbour_queries,
     model_specific=False, grid=_GRID, rules=neighbours.RULES, world=neighbours.WORLD,
-    split=False, replayable=neighbours.replayable, cex_decoder=neighbours.decode,
+    split=False, static_splits=neighbours.splits, replayable=neighbours.replayable, cex_decoder=neighbours.decode,
     witness=neighbours.replay,
     bounds={"earlier_requests": NEIGHBOURS_REQUESTS}, reads=LOOKUP_PARTS, deep=True,
     vllm_replay=Replay("neighbours", on_releases=True),
