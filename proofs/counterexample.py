@@ -82,9 +82,9 @@ def check_lookahead(obligation: str, rule: str, load_model: str, group: str,
     if hash_lookahead_tokens < 0:
         raise ParamError("hash_lookahead_tokens", hash_lookahead_tokens, "an integer >= 0")
     if hash_lookahead_tokens and not rows.models_lookahead(OBLIGATIONS[obligation],
-                                                             representative(group)):
+                                                             representative(group), rule):
         have = [g for _, _, _, g in rows.rows_for(obligation, rule, load_model)
-                if rows.models_lookahead(OBLIGATIONS[obligation], representative(g))]
+                if rows.models_lookahead(OBLIGATIONS[obligation], representative(g), rule)]
         raise ParamError("hash_lookahead_tokens", hash_lookahead_tokens,
                          f"0 for the '{obligation}' row about vLLM {group} (it is about L = 0: "
                          + ("its obligation does not model lookahead block hashes)" if not have

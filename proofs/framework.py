@@ -47,6 +47,9 @@ class Ctx:
     # the vLLM release (``kvreach.releases``) whose parts the spec applies
     # (lookup, mask window, world "restarts"'s cursor and null filter)
     release: Release = DEFAULT_RELEASE
+    # a lifecycle row with L symbolic whose obligation has
+    # ``Obligation.lookahead_cube``: its case split is config.cube's lookahead cube
+    lookahead_cube: bool = False
     # the lifecycle steps built on this context (``induction``: one per
     # obligation and pins, shared by an induction step and its lemma
     # queries); not copied by ``dataclasses.replace``, not compared
@@ -152,8 +155,10 @@ class Obligation:
     world: str = "single"
     invariant: Callable | None = None
     bmc_depths: tuple[int, ...] | None = None  # None: the runner's BMC_DEPTHS
-    # world "restarts": facts of one step, (ctx, pre, tr, post) -> [Bool], each
-    # proved from the step's premise on its own, then assumed by the main query
+    # facts of one step, (ctx, pre, tr, post) -> [Bool], each proved from the
+    # step's premise (and the facts before it) on its own, then assumed by the
+    # main query: world "restarts"'s, and world "single"'s with vLLM 0.34.0's
+    # lookahead hashes symbolic (``store.lookahead_lemmas``)
     lemmas: Callable | None = None
     # ctx -> [[Bool]], counterexample shapes the real scheduler can run
     # (tests/vllm, ``--replay-vllm``), tried in order by the counterexample
@@ -170,6 +175,12 @@ class Obligation:
     # queries read beyond the store rule: its rows are one per group of
     # releases agreeing in them (``kvreach.proofs.matrix``)
     reads: frozenset = frozenset()
+    # the rules whose rows read ``reads``' "lookahead_hashes" (None: every
+    # rule): the others' rows are scoped L = 0 (:meth:`reads_for`)
+    lookahead_rules: tuple[str, ...] | None = None
+    # its lifecycle rows with L symbolic are split by config.cube's lookahead
+    # cube (step kind, L >= 1 or 0), each leaf one check (measured per obligation)
+    lookahead_cube: bool = False
     # a static obligation's own decoder of a sat query's model, (model, ctx)
     # -> the counterexample (a function of the context's symbols alone: the
     # query builder's terms are rebuilt from it); None: decode.decode_static's
@@ -244,6 +255,14 @@ class Obligation:
 
     def __post_init__(self) -> None:
         assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay
+
+    def reads_for(self, rule: str | None) -> frozenset:
+        """The release parts the rows of ``rule`` read: :attr:`reads`, less
+        ``lookahead_hashes`` for a rule outside :attr:`lookahead_rules`
+        (None: every rule's)."""
+        if rule is None or self.lookahead_rules is None or rule in self.lookahead_rules:
+            return self.reads
+        return self.reads - {"lookahead_hashes"}
 
     @property
     def rests_on_invariant(self) -> bool:

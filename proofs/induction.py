@@ -19,13 +19,22 @@ def lifecycle_step_query(ob: Obligation, ctx: Ctx) -> Query:
     world "restarts" the invariant is the obligation's own, and its preservation
     by a running step is part of the violation."""
     if ob.world == "single":
-        pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
-        tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
-                        world=ob.world, release=ctx.release)
-        prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
-        return Query(prem, ob.step_violation(ctx, pre, tr, post))
+        pre, tr, post, prem = _single_step(ob, ctx)
+        lems = ob.lemmas(ctx, pre, tr, post) if ob.lemmas else []
+        return Query(prem + lems, ob.step_violation(ctx, pre, tr, post))
     pre, tr, post, prem, lems = _restarts_step(ob, ctx)
     return _named(ob, Query(prem + lems, ob.step_violation(ctx, pre, tr, post)))
+
+
+def _single_step(ob: Obligation, ctx: Ctx):
+    """-> (pre, transition, post, premise) of a world-"single" step from a
+    state satisfying the rule's invariant (the same symbol names every call,
+    so the same terms)."""
+    pre, post = State.fresh("pre", ob.world), State.fresh("post", ob.world)
+    tr = transition(ctx.s, ctx.rule, pre, post, ctx.c, ctx.budget, "t", ctx.store_fn,
+                    world=ob.world, release=ctx.release)
+    prem = ctx.base() + [ctx.c >= 0, invariant(ctx.s, ctx.rule, pre, ctx.c), tr.constraints]
+    return pre, tr, post, prem
 
 
 def _fresh(tag: str, ob: Obligation, ctx: Ctx) -> State:
@@ -75,7 +84,11 @@ def lemma_queries(ob: Obligation, ctx: Ctx) -> list[Query]:
     and the lemmas before it (the terms are those of
     :func:`lifecycle_step_query`: same names)."""
     if ob.world == "single":
-        return []
+        if not ob.lemmas:
+            return []
+        pre, tr, post, prem = _single_step(ob, ctx)
+        lems = ob.lemmas(ctx, pre, tr, post)
+        return [Query(prem + lems[:i], z3.Not(lem)) for i, lem in enumerate(lems)]
     _, _, _, prem, lems = _restarts_step(ob, ctx)
     return [_named(ob, Query(prem + lems[:i], z3.Not(lem))) for i, lem in enumerate(lems)]
 

@@ -21,7 +21,7 @@ from kvreach.proofs import cache
 from kvreach.proofs.config import measured_rlimits
 from kvreach.proofs.framework import Role
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS, run_order
-from kvreach.proofs.rows import Row, expected_table, rows_for, selected_rows
+from kvreach.proofs.rows import Row, expected_table, invariant_status, rows_for, selected_rows
 from kvreach.proofs.runner import cached_row, rest_on, run_row
 
 
@@ -67,11 +67,12 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     needed = {r for name, r, _, _ in todo
               if (OBLIGATIONS[name].rests_on_invariant or OBLIGATIONS[name].role is Role.INVARIANT)
               and r in rules}
-    # an invariant reads no release part: one row per rule
+    # an invariant reads no release part but vLLM 0.34.0's lookahead hashes:
+    # a row per rule, and one with L symbolic where the rule's rows read it
     invs = [key for inv in INVARIANTS for r in rules if r in needed
             for key in rows_for(inv.name, r, "any")]
     rest = [key for key in run_order(todo) if key not in invs]
-    assume = {r: True for r in rules}
+    assume = {k: True for r in rules for k in (r, (r, "lookahead"))}
     keys = invs + rest
     # proved rows of an unchanged source, their sat checks solved again
     hits = {i: row for i, key in enumerate(keys)
@@ -113,7 +114,7 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     inv_rows = [get(i) for i in range(len(invs))]
     results = (get(len(invs) + i) for i in range(len(rest)))
     try:
-        invariant_ok = {row.rule: row.verdict == "proved" for row in inv_rows}
+        invariant_ok = invariant_status(inv_rows)
         for row in inv_rows:
             if row.key in todo:
                 row.expected = table.get(row.key, "?")

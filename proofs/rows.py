@@ -101,7 +101,7 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None,
             for m in (LOAD_MODELS if ob.model_specific else ("any",)):
                 if model and ob.model_specific and m != model:
                     continue
-                for g in matrix.groups(ob.reads, r, ob.lookup_variant):
+                for g in matrix.groups(ob.reads_for(r), r, ob.lookup_variant):
                     name_g = matrix.group_name(g)
                     if vllm is None or matrix.covers(name_g, vllm):
                         yield name, r, m, name_g
@@ -120,7 +120,7 @@ def default_vllm(name: str, rule: str) -> str:
     """The release group of ``name``'s row under ``rule`` that is about
     vLLM 0.33.0 (the rule's only group when none is: vllm-0.29's)."""
     ob = OBLIGATIONS[name]
-    gs = matrix.groups(ob.reads, rule, ob.lookup_variant)
+    gs = matrix.groups(ob.reads_for(rule), rule, ob.lookup_variant)
     return matrix.group_name(next((g for g in gs if DEFAULT_RELEASE in g), gs[-1]))
 
 
@@ -133,13 +133,39 @@ def ctx_for(rule: str, model: str, lookahead: bool = False, **kw) -> Ctx:
                "intended" if model == "any" else model, **kw)
 
 
-def models_lookahead(ob: Obligation, release: Release) -> bool:
+def models_lookahead(ob: Obligation, release: Release, rule: str | None = None) -> bool:
     """The row's queries have vLLM 0.34.0's lookahead block hashes as a
     symbolic parameter (``num_hash_lookahead_tokens`` L >= 0,
-    ``SymConfig.fresh(lookahead=True)``): the obligation reads the part
-    (``Release.lookahead_hashes`` in :attr:`Obligation.reads`) and the row's
-    releases have it. Any other row about 0.34.0 is scoped L = 0."""
-    return "lookahead_hashes" in ob.reads and release.lookahead_hashes
+    ``SymConfig.fresh(lookahead=True)``): the obligation's rows under
+    ``rule`` read the part (``Release.lookahead_hashes`` in
+    :meth:`Obligation.reads_for`) and the row's releases have it. Any other
+    row about 0.34.0 is scoped L = 0."""
+    return "lookahead_hashes" in ob.reads_for(rule) and release.lookahead_hashes
+
+
+def invariant_holds(invariant_ok: dict, rule: str, lookahead: bool) -> bool:
+    """The rule's invariant is proved for a row resting on it: with L
+    symbolic (``lookahead``), by an invariant row with L symbolic
+    (``invariant_ok[(rule, "lookahead")]``); else for L = 0
+    (``invariant_ok[rule]``, :func:`invariant_status`)."""
+    return bool(invariant_ok.get((rule, "lookahead") if lookahead else rule, False))
+
+
+def invariant_status(inv_rows) -> dict:
+    """The invariant rows' verdicts as :func:`invariant_holds` reads them:
+    ``rule`` -> every row of the rule with L = 0 proved (with none, its rows
+    with L symbolic, which cover L = 0); ``(rule, "lookahead")`` -> it has
+    rows with L symbolic and every one is proved."""
+    by: dict = {}
+    for row in inv_rows:
+        la = models_lookahead(OBLIGATIONS[row.obligation], matrix.representative(row.vllm), row.rule)
+        by.setdefault((row.rule, la), []).append(row.verdict == "proved")
+    out: dict = {}
+    for rule in {r for r, _ in by}:
+        zero, sym = by.get((rule, False)), by.get((rule, True))
+        out[rule] = all(zero if zero else sym)
+        out[(rule, "lookahead")] = bool(sym) and all(sym)
+    return out
 
 
 # ``kvreach counterexample --hash-lookahead-tokens N``: a lookahead row's

@@ -34,7 +34,9 @@ from kvreach.proofs.induction import invariant_base_query, lemma_queries, lifecy
 from kvreach.proofs import mutant_check
 from kvreach.proofs.mutant_check import run_mutant
 from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
-from kvreach.proofs.rows import PINNED_L, Row, ctx_for, default_vllm, models_lookahead
+from kvreach.proofs.rows import (
+    PINNED_L, Row, ctx_for, default_vllm, invariant_holds, models_lookahead,
+)
 from kvreach.proofs.search import find_counterexample, grid_counterexample, static_cex
 from kvreach.proofs.solve import Meter, charge, check_terms, decide, solve_cases, still_sat
 from kvreach.releases import release as release_of
@@ -121,7 +123,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     solver0, counts0, sats0 = solve.solver_seconds_spent, dict(solve.cache_counts), len(solve.sat_log)
     meter = Meter(ROW_RL)
     scope = ob.scope
-    if models_lookahead(ob, release):
+    if models_lookahead(ob, release, rule):
         scope += SCOPE_LOOKAHEAD_SYMBOLIC + ob.lookahead_scope
         if PINNED_L:  # kvreach counterexample --hash-lookahead-tokens
             scope += f"; a counterexample searched with L = {PINNED_L[-1]}"
@@ -132,7 +134,7 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
     detail = ""
     cex = None
     if ob.kind == "static":
-        la = models_lookahead(ob, release)
+        la = models_lookahead(ob, release, rule)
         sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
         for g, search_pins in _static_passes(ob, la):
             if g is not None or search_pins is not None:
@@ -160,8 +162,8 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
         verdict, scope, detail, cex, non_vacuous = _grid_row(name, rule, model, invariant_ok, meter,
                                                              vllm)
     else:
-        ctx = ctx_for(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
-                      release=release)
+        ctx = ctx_for(rule, model, models_lookahead(ob, release, rule), lookup_variant=ob.lookup_variant,
+                      release=release, lookahead_cube=ob.lookahead_cube)
         q = lifecycle_step_query(ob, ctx)
         r = rq = z3.unsat
         for lq in lemma_queries(ob, ctx):  # world "restarts": proved first, then assumed
@@ -188,9 +190,9 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
                 scope += " on the obligation's own invariant, base case included"
             elif ob.rests_on_invariant:
                 inv_rule = ctx.rule
-                if not invariant_ok.get(inv_rule, False):
+                if not invariant_holds(invariant_ok, inv_rule, False):
                     verdict, detail = "unknown", f"invariant of {inv_rule} not proved"
-                elif ctx.s.L is not None:  # the invariant is proved for L = 0 only
+                elif ctx.s.L is not None and not invariant_holds(invariant_ok, inv_rule, True):
                     verdict, detail = "unknown", (f"invariant of {inv_rule} not proved with "
                                                   "lookahead block hashes (L >= 1)")
                 scope += RESTS_ON
@@ -268,7 +270,7 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
     failed = []
     for g in ob.grid:
         release = matrix.representative(vllm)
-        ctx = ctx_for(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+        ctx = ctx_for(rule, model, models_lookahead(ob, release, rule), lookup_variant=ob.lookup_variant,
                       release=release)
         ctx.pins = g.pins(ctx)
         q = lifecycle_step_query(ob, ctx)
@@ -277,7 +279,7 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
         if r != z3.unsat:
             failed.append((g, r))
     if not failed:
-        ok = invariant_ok.get(rule, False)
+        ok = invariant_holds(invariant_ok, rule, models_lookahead(ob, matrix.representative(vllm), rule))
         return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction" \
             + RESTS_ON + ")", ("" if ok else f"invariant of {rule} not proved"), None, non_vacuous
     (depth, cex), _ = grid_counterexample(name, rule, model, [g for g, _ in failed],
@@ -303,6 +305,13 @@ def _unknown_detail(meter: Meter) -> str:
 def rest_on(row: Row, invariant_ok: dict) -> None:
     """A lifecycle proof by induction rests on its rule's invariant: if that
     was not proved, the row's proof is not one."""
-    if (row.verdict == "proved" and OBLIGATIONS[row.obligation].rests_on_invariant
-            and not invariant_ok.get(row.rule, False)):
+    ob = OBLIGATIONS[row.obligation]
+    if row.verdict != "proved" or not ob.rests_on_invariant:
+        return
+    vllm = row.vllm or default_vllm(row.obligation, row.rule)
+    la = models_lookahead(ob, matrix.representative(vllm), row.rule)
+    if not invariant_holds(invariant_ok, row.rule, False):
         row.verdict, row.detail = "unknown", f"invariant of {row.rule} not proved"
+    elif la and not invariant_holds(invariant_ok, row.rule, True):
+        row.verdict, row.detail = "unknown", (f"invariant of {row.rule} not proved with "
+                                              "lookahead block hashes (L >= 1)")

@@ -44,7 +44,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
     # the class the mode adds), then as every row
     passes = [(lambda ctx, trs: decode.pr_example_pins(ctx), True), (None, False)]
     release = release_for(name, rule, vllm)
-    lookahead = models_lookahead(ob, release)
+    lookahead = models_lookahead(ob, release, rule)
     pinned_l = PINNED_L[-1] if lookahead and PINNED_L else None
     if lookahead and geometry is None and pinned_l in (None, 1):
         passes.insert(0, (decode.lookahead_example_pins, True))
@@ -125,7 +125,7 @@ def static_counterexample(name: str, rule: str, model: str, geometry,
     replays each), or None where its queries there are not sat."""
     ob, meter = OBLIGATIONS[name], Meter(ROW_RL)
     release = release_for(name, rule, vllm)
-    sctx = ctx_for(rule, model, models_lookahead(ob, release), lookup_variant=ob.lookup_variant,
+    sctx = ctx_for(rule, model, models_lookahead(ob, release, rule), lookup_variant=ob.lookup_variant,
                    release=release)
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):

@@ -561,7 +561,9 @@ def transition(
 def cursor_of(s: SymConfig, rule: str, f) -> z3.ArithRef:
     """The cursor after the step that reached frontier ``f`` (not ended)."""
     n_running = storable_chunks(s, rule, s.offloadable(f, z3.If(f <= s.P, s.P, f)), False)
-    n_prompt = storable_chunks(s, rule, s.prompt_offloadable, False)
+    # the prompt's last prefill step (num_tokens = P: under lookahead hashes
+    # its hashed end; without them the term of ``s.prompt_offloadable``)
+    n_prompt = storable_chunks(s, rule, s.offloadable(s.P, s.P), False)
     return z3.If(f == 0, 0, z3.If(f <= s.P, n_running, z3_max(n_prompt, n_running)))
 
 
@@ -572,6 +574,10 @@ def invariant(s: SymConfig, rule: str, st: State, c) -> z3.BoolRef:
     mask at the non-final horizon keeps it (the prompt horizon; for c beyond
     it the final tail is empty, so the same mask gives the decode rule).
     vllm-0.29: stored chunks lie below the cursor.
+
+    vLLM 0.34.0 with lookahead hashes (``s.L``, L >= 1, vllm-0.33): a chunk
+    is kept by the mask of the horizon of the step that passed it
+    (:func:`lookahead_keep`), not by the final prompt horizon's.
     """
     from kvreach.spec import mask
 
@@ -581,9 +587,28 @@ def invariant(s: SymConfig, rule: str, st: State, c) -> z3.BoolRef:
     if rule in STATIC_KEEP:
         return z3.And(base, st.stored == z3.And(c >= 0, c < st.cursor, STATIC_KEEP[rule](s, c)))
     if rule == "vllm-0.33":
-        return z3.And(base, st.stored == z3.And(
-            c >= 0, c < st.cursor, mask.chunk_reachable(
-                s, c, final_segment_end(s, s.prompt_horizon)
-            ),
-        ))
+        keep = (mask.chunk_reachable(s, c, final_segment_end(s, s.prompt_horizon))
+                if s.L is None else lookahead_keep(s, c))
+        return z3.And(base, st.stored == z3.And(c >= 0, c < st.cursor, keep))
     return z3.And(base, z3.Implies(st.stored, c < st.cursor))
+
+
+def lookahead_keep(s: SymConfig, c) -> z3.BoolRef:
+    """vllm-0.33's keep decision for chunk ``c`` of a running request under
+    lookahead hashes (``s.L`` symbolic; vLLM 0.34.0): the mask at the horizon
+    of the step whose storable count first passed ``c``. The prefill steps
+    see ``num_tokens = P``, so their horizon is the prompt's hashed end ``Hh``
+    (``prompt_horizon_at(P)``; F14); a decode step's count grows by at most
+    one chunk (the hashed tokens by ``tokens_per_hash``, which divides the
+    block) and, below the prompt horizon ``Hp``, its horizon is its count:
+    chunk ``c`` in ``[Hh, Hp)`` is passed with horizon ``c + 1``; beyond
+    ``Hp`` a decode step has no horizon and the prompt horizon's final tail
+    does not reach the chunk. With L = 0, ``Hh = Hp``: the mask at the
+    prompt horizon."""
+    from kvreach.spec import mask
+
+    hh, hp = s.prompt_horizon_at(s.P), s.prompt_horizon
+
+    def at(h):
+        return mask.chunk_reachable(s, c, final_segment_end(s, h))
+    return z3.If(c < hh, at(hh), z3.If(c < hp, at(c + 1), at(hp)))

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from kvreach.cli import app
 from kvreach.proofs import mutant_check, rows, runner, search, solve
 
-INVARIANT_OK = {"vllm-0.29": True, "vllm-0.33": True}
+INVARIANT_OK = {"vllm-0.29": True, "vllm-0.33": True, ("vllm-0.33", "lookahead"): True}
 FAST = ("exactly-once", "vllm-0.33", "any")  # lifecycle, case split, ~0.5 s
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from kvreach import releases as R
 from kvreach.cli import app
-from kvreach.proofs import rows, runner, scenarios, search
+from kvreach.proofs import mutant_check, rows, runner, scenarios, search, solve
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.scenario import run_scenario
 
@@ -22,13 +22,13 @@ CHECK_RL = 60_000_000
 
 def test_soundness_rows_about_0_34_0_have_l_symbolic():
     """soundness reads the part, so 0.34.0 is its own row with L symbolic;
-    the other obligations' rows about 0.34.0 stay about L = 0."""
+    an obligation that does not read it has rows about 0.34.0 at L = 0."""
     groups = [g for *_, g in rows.rows_for("soundness", "vllm-0.33", "intended")]
     assert groups == ["0.30.0/0.31.0/0.32.0/0.33.0", "0.34.0"]
-    sound, complete = OBLIGATIONS["soundness"], OBLIGATIONS["completeness"]
+    sound, masks = OBLIGATIONS["soundness"], OBLIGATIONS["mask-equivalence"]
     assert rows.models_lookahead(sound, R.V0_34_0)
     assert not rows.models_lookahead(sound, R.V0_33_0)
-    assert not rows.models_lookahead(complete, R.V0_34_0)
+    assert not rows.models_lookahead(masks, R.V0_34_0)
     ctx = rows.ctx_for("vllm-0.33", "intended", True, release=R.V0_34_0)
     assert ctx.s.L is not None and rows.ctx_for("vllm-0.33", "intended").s.L is None
 
@@ -176,3 +176,102 @@ def test_counterexample_decodes_l_into_the_simulate_command():
     sim = cli.invoke(app, argv[1:])
     assert sim.exit_code == 0, sim.output
     assert "stored-not-loadable under intended (1): 4" in sim.output
+
+
+# the single-request lifecycle rows of vLLM's own rules with L symbolic:
+# ready (store.LIFECYCLE_LOOKAHEAD), not read by an obligation yet (cost)
+LIFECYCLE_L = ("invariant", "completeness", "exactly-once", "computed-before-stored")
+
+
+def _reading(monkeypatch, name):
+    """``name`` as it is with store.LIFECYCLE_LOOKAHEAD set, in the table."""
+    from kvreach.proofs.obligations.store import LIFECYCLE_LOOKAHEAD
+
+    ob = dataclasses.replace(OBLIGATIONS[name], **LIFECYCLE_LOOKAHEAD)
+    monkeypatch.setitem(OBLIGATIONS, name, ob)
+    return ob
+
+
+@pytest.mark.parametrize("name", LIFECYCLE_L)
+def test_lifecycle_rows_with_the_part_have_l_symbolic_for_vllm_rules(monkeypatch, name):
+    """Reading the part, the single-request lifecycle obligations get a
+    0.34.0 row of vllm-0.33 with L symbolic; kvreach's lookup-window keeps
+    its one row at L = 0 (the spec's keep decision reads the prompt without
+    the mode); the rows before 0.34.0 have no L. As committed they do not
+    read it (every 0.34.0 row of theirs is L = 0)."""
+    assert not rows.models_lookahead(OBLIGATIONS[name], R.V0_34_0, "vllm-0.33")
+    ob = _reading(monkeypatch, name)
+    model = "aligned" if ob.model_specific else "any"
+    groups = [g for *_, g in rows.rows_for(name, "vllm-0.33", model)]
+    assert groups == ["0.30.0/0.31.0/0.32.0/0.33.0", "0.34.0"]
+    assert rows.models_lookahead(ob, R.V0_34_0, "vllm-0.33")
+    assert not rows.models_lookahead(ob, R.V0_33_0, "vllm-0.33")
+    if ob.rule_specific and "lookup-window" in (ob.rules or ("lookup-window",)):
+        assert not rows.models_lookahead(ob, R.V0_34_0, "lookup-window")
+        assert [g for *_, g in rows.rows_for(name, "lookup-window", model)] == [
+            "0.29.0/0.30.0/0.31.0/0.32.0/0.33.0/0.34.0"]
+
+
+def test_lifecycle_row_scope_says_l_symbolic(monkeypatch):
+    """A 0.34.0 row with L symbolic states it in its scope (and the
+    invariant how its keep decision reads L); the rows before 0.34.0 and
+    lookup-window's do not claim it. The scope is the runner's, read from a
+    row run with the budgets cut (the verdict is not what is checked)."""
+    from kvreach.proofs import config
+    from kvreach.proofs.obligations.store import INVARIANT_LOOKAHEAD_SCOPE
+
+    _reading(monkeypatch, "invariant")
+    for module, names in ((runner, ("NODE_RL", "LEAF_RL", "ROW_RL")),
+                          (search, ("CHECK_RL", "LEAF_RL", "ROW_RL")),
+                          (solve, ("ROOT_RL", "NODE_RL", "LEAF_RL"))):
+        for n in names:
+            monkeypatch.setattr(module, n, 200)
+    monkeypatch.setattr(mutant_check, "mutant_cache", {"invariant": ("stuck-cursor", True)})
+    monkeypatch.setattr(mutant_check, "mutant_use_counts", {})
+    ok = {"vllm-0.33": True, ("vllm-0.33", "lookahead"): True, "lookup-window": True}
+    row = runner.run_row("invariant", "vllm-0.33", "any", ok, "0.34.0")
+    assert config.SCOPE_LOOKAHEAD_SYMBOLIC in row.scope and INVARIANT_LOOKAHEAD_SCOPE in row.scope
+    assert config.SCOPE_LOOKAHEAD_OFF not in row.scope
+    old = runner.run_row("invariant", "vllm-0.33", "any", ok, "0.30.0/0.31.0/0.32.0/0.33.0")
+    assert config.SCOPE_LOOKAHEAD_SYMBOLIC not in old.scope and config.SCOPE_LOOKAHEAD_OFF not in old.scope
+    lw = runner.run_row("invariant", "lookup-window", "any", ok,
+                        "0.29.0/0.30.0/0.31.0/0.32.0/0.33.0/0.34.0")
+    assert config.SCOPE_LOOKAHEAD_OFF in lw.scope and config.SCOPE_LOOKAHEAD_SYMBOLIC not in lw.scope
+
+
+def test_a_row_with_l_symbolic_rests_on_the_invariant_with_l_symbolic(monkeypatch):
+    """The invariant rows' verdicts per rule and mode (``rows.invariant_status``):
+    a 0.34.0 row with L symbolic needs the invariant row with L symbolic;
+    a row at L = 0 the L = 0 row."""
+    _reading(monkeypatch, "invariant")
+    _reading(monkeypatch, "exactly-once")
+
+    def row(vllm, verdict):
+        return rows.Row("invariant", "vllm-0.33", "any", verdict, "", 0.0, vllm=vllm)
+    st = rows.invariant_status([row("0.30.0/0.31.0/0.32.0/0.33.0", "proved"), row("0.34.0", "unknown")])
+    assert rows.invariant_holds(st, "vllm-0.33", False)
+    assert not rows.invariant_holds(st, "vllm-0.33", True)
+    st = rows.invariant_status([row("0.30.0/0.31.0/0.32.0/0.33.0", "unknown"), row("0.34.0", "proved")])
+    assert not rows.invariant_holds(st, "vllm-0.33", False) and rows.invariant_holds(st, "vllm-0.33", True)
+    proved = rows.Row("exactly-once", "vllm-0.33", "any", "proved", "", 0.0, vllm="0.34.0")
+    runner.rest_on(proved, rows.invariant_status([row("0.30.0/0.31.0/0.32.0/0.33.0", "proved"),
+                                                  row("0.34.0", "unknown")]))
+    assert proved.verdict == "unknown" and "lookahead" in proved.detail
+
+
+def test_invariant_lookahead_lemmas_hold_and_are_cheap():
+    """The invariant's step lemmas with L symbolic (``store.lookahead_lemmas``:
+    a decode step's storable count exceeds the cursor by at most one chunk)
+    are each unsat from the step and the ones before, in under 1 M units
+    (measured 0.01 to 0.44 M); without L there are none (the rows' queries
+    are as before)."""
+    from kvreach.proofs.induction import lemma_queries
+    from kvreach.proofs.solve import Meter, check_terms
+
+    ob = OBLIGATIONS["invariant"]
+    assert lemma_queries(ob, rows.ctx_for("vllm-0.33", "any")) == []
+    qs = lemma_queries(ob, rows.ctx_for("vllm-0.33", "any", True, release=R.V0_34_0))
+    assert len(qs) == 5
+    for q in qs:
+        m = Meter()
+        assert check_terms(q.premise + [q.violation], 1_000_000, m)[0] == z3.unsat

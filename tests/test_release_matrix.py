@@ -52,7 +52,7 @@ def test_every_release_of_a_group_gives_the_same_queries(key):
 def test_groups_partition_the_releases_of_a_rule():
     for ob in ALL:
         for rule in ((ob.rules or RULES) if ob.rule_specific else ("any",)):
-            groups = matrix.groups(ob.reads, rule, ob.lookup_variant)
+            groups = matrix.groups(ob.reads_for(rule), rule, ob.lookup_variant)
             names = [v for g in groups for v in matrix.versions(matrix.group_name(g))]
             assert len(names) == len(set(names)), (ob.name, rule)
             own = rule not in matrix.RELEASE_RULES and rule != "any" or ob.lookup_variant != "vllm-window"

@@ -22,8 +22,9 @@ from kvreach.proofs.config import SCOPE_STATIC, SCOPE_SYMBOLIC
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Obligation, Query, Replay, Role
 from kvreach.proofs.keep import one_shot_mask
+from kvreach.proofs.matrix import RELEASE_RULES
 from kvreach.spec import load, mask
-from kvreach.spec.lifecycle import invariant
+from kvreach.spec.lifecycle import K_DECODE, invariant
 
 
 def final_horizon_bounds(ctx: Ctx, tr, post) -> z3.BoolRef:
@@ -154,6 +155,46 @@ def _load_window_blocks(ctx: Ctx):
                   first_tok / s.B != L - need0)]
 
 
+# vLLM 0.34.0's lookahead hashes for the single-request lifecycle rows of
+# vLLM's own rules (L symbolic: rows.models_lookahead): the spec's
+# transition caps the step by its hashed tokens and the vllm-0.33 mask reads
+# the step's hashed prompt horizon (spec.lifecycle.lookahead_keep in the
+# invariant). kvreach's lookup-window is left at L = 0: the spec's keep
+# decision reads the prompt's offloadable tokens without the mode
+# (impl reads the step's hashed end). Not set on an obligation yet: the
+# invariant's 0.34.0 row with it is proved but costs 65.8 M units, over the
+# default run's budget, and exactly-once's 143.7 M (docs/proofs-cost.md).
+LIFECYCLE_LOOKAHEAD = dict(reads=frozenset({"lookahead_hashes"}), lookahead_rules=RELEASE_RULES)
+INVARIANT_LOOKAHEAD_SCOPE = (
+    "; with L >= 1 vllm-0.33's invariant keeps a chunk by the mask at the horizon of the step "
+    "that passed it (the prompt's hashed end, then c + 1 up to the prompt horizon); "
+    "step lemmas proved first (a decode step's storable count exceeds the cursor by at "
+    "most one chunk)"
+)
+
+
+def lookahead_lemmas(ctx: Ctx, pre, tr, post) -> list:
+    """World "single" step facts with L symbolic (none without it: the
+    rows' queries are as before), each proved from the step and the ones
+    before it (``induction.lemma_queries``), then assumed: under lookahead
+    hashes (L >= 1) a decode step's storable count grows by at most one
+    chunk over the cursor (the hashed tokens grow by at most
+    ``tokens_per_hash``, which is at most the chunk). Z3 decides each in
+    well under 1 M units; the invariant's step without them it does not
+    decide within the row's 200 M."""
+    s, f = ctx.s, pre.f
+    if s.L is None:
+        return []
+    dec = z3.And(tr.kind == K_DECODE, s.lookahead)
+    return [
+        z3.Implies(dec, s.hashed_tokens(f + 1) <= s.hashed_tokens(f) + s.tokens_per_hash),
+        s.tokens_per_hash <= s.C,
+        z3.Implies(dec, s.offloadable(f + 1, f + 1) <= s.offloadable(f, f) + s.tokens_per_hash),
+        z3.Implies(dec, tr.n <= s.offloadable(f, f) / s.C + 1),
+        z3.Implies(dec, tr.n <= pre.cursor + 1),
+    ]
+
+
 def _real_alignment(ctx: Ctx) -> list[list]:
     """A configuration vLLM builds: an alignment that is a full-attention
     group's tokens per chunk (block times ``blocks_per_chunk``,
@@ -239,6 +280,8 @@ INVARIANT = Obligation(
     "invariant, which the initial state satisfies.",
     "lifecycle", mutant=mutants.STUCK_CURSOR, scope=SCOPE_SYMBOLIC, role=Role.INVARIANT,
     step_violation=_invariant_step, model_specific=False,
+    # ready for L symbolic (LIFECYCLE_LOOKAHEAD, not read yet: docs/proofs-cost.md)
+    lookahead_scope=INVARIANT_LOOKAHEAD_SCOPE, lemmas=lookahead_lemmas, lookahead_cube=True,
 )
 LOAD_WITNESS = Obligation(
     "load-witness",
