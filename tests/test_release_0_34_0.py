@@ -218,3 +218,48 @@ def test_derived_hash_lookahead_tokens():
     t = run_scenario(R.V0_34_0, eagle)
     assert t.request.hash_lookahead_tokens == 1 and t.group.lookahead_hashes
     assert run_scenario(R.V0_33_0, eagle).request.hash_lookahead_tokens == 0
+
+
+# lookup-window under 0.34.0's lookahead block hashes: not proved (its rows
+# read L = 0), measured on the twin. Seeded random scenarios, L 0 .. 3, EAGLE
+# and extra_retained_tokens drawn; the later request repeats the prompt, cuts
+# it or continues it; its hit under the rule's stores equals the dense hit.
+SWEEP_SCENARIOS = 400
+
+
+def _sweep_scenarios(seed: int):
+    import random
+
+    rnd = random.Random(seed)
+    for _ in range(SWEEP_SCENARIOS):
+        sb = rnd.choice([1, 2, 4, 8, 16])
+        yield Scenario(swa_block_size=sb, window=rnd.randint(2, 40), prompt=rnd.randint(1, 120),
+                       budget=rnd.randint(1, 130), full_block_size=rnd.choice([None, sb, 2 * sb, 36]),
+                       eagle=rnd.random() < 0.3, extra_retained_tokens=rnd.choice([0, 0, 3]),
+                       hash_lookahead_tokens=rnd.choice([0, 1, 1, 2, 3])), rnd
+
+
+def test_lookup_window_loses_no_hit_under_lookahead_hashes_on_the_twin():
+    release = R.release("0.34.0")
+    later_requests = lookahead = 0
+    for sc, rnd in _sweep_scenarios(1):
+        groups = lookup_groups(sc, release)
+        trace = run_scenario("lookup-window", sc, release)
+        for n in sorted({sc.prompt, sc.prompt + rnd.randint(1, 30), max(1, sc.prompt - rnd.randint(0, 10))}):
+            r = later_lookup(groups, trace, n, None, 0, None, parts=lookup_parts(release))
+            later_requests += 1
+            lookahead += bool(sc.hash_lookahead_tokens)
+            assert r.rule.hit_tokens == r.dense.hit_tokens, (sc, n, r.rule.hit_tokens, r.dense.hit_tokens)
+    assert later_requests > 1000 and lookahead > 700, (later_requests, lookahead)
+
+
+def test_the_lookahead_sweep_can_fail():
+    """The same sweep under vLLM 0.34.0's own store side loses hits (F6)."""
+    release = R.release("0.34.0")
+    lost = 0
+    for sc, rnd in _sweep_scenarios(1):
+        groups = lookup_groups(sc, release)
+        trace = run_scenario(release, sc, release)
+        r = later_lookup(groups, trace, sc.prompt, None, 0, None, parts=lookup_parts(release))
+        lost += r.rule.hit_tokens != r.dense.hit_tokens
+    assert lost > 0
