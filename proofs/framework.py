@@ -246,6 +246,10 @@ class Obligation:
     # rows cost more than the default run's budget holds
     # (docs/proofs-cost.md); rows_for lists them like every other
     deep: bool = False
+    # its rows are only those about releases with lookahead block hashes
+    # (vLLM 0.34.0 on) and read them (L symbolic): the deep companion of an
+    # obligation whose every-release rows read L = 0 (``store.with_lookahead``)
+    lookahead_only: bool = False
     # a static obligation's case splits (ctx -> [Bool], tried in order) for
     # the geometries that ask for one (``geometries.BlockShape.split``): each
     # of its queries is decided by ``solve.solve_split`` over them (a short

@@ -69,7 +69,10 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
               and r in rules}
     # an invariant reads no release part but vLLM 0.34.0's lookahead hashes:
     # a row per rule, and one with L symbolic where the rule's rows read it
+    # (a deep invariant, the invariant with L symbolic, only in a deep run or
+    # for a selected row that models L: selected_rows's own test)
     invs = [key for inv in INVARIANTS for r in rules if r in needed
+            if not inv.deep or deep or obligation is not None and _reads_lookahead(obligation)
             for key in rows_for(inv.name, r, "any")]
     rest = [key for key in run_order(todo) if key not in invs]
     assume = {k: True for r in rules for k in (r, (r, "lookahead"))}
@@ -130,6 +133,12 @@ def run(obligation=None, rule=None, model=None, progress=None, jobs: int | None 
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+
+
+def _reads_lookahead(obligation: str) -> bool:
+    """A selected obligation whose rows may model L (lookahead hashes):
+    its rows rest on the invariant row with L symbolic."""
+    return "lookahead_hashes" in OBLIGATIONS[obligation].reads
 
 
 def _run_row(key: tuple[str, str, str, str], invariant_ok: dict) -> Row:

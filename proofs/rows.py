@@ -102,6 +102,8 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None,
                 if model and ob.model_specific and m != model:
                     continue
                 for g in matrix.groups(ob.reads_for(r), r, ob.lookup_variant):
+                    if ob.lookahead_only and not models_lookahead(ob, matrix.representative(g), r):
+                        continue
                     name_g = matrix.group_name(g)
                     if vllm is None or matrix.covers(name_g, vllm):
                         yield name, r, m, name_g

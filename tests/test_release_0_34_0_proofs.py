@@ -179,7 +179,7 @@ def test_counterexample_decodes_l_into_the_simulate_command():
 
 
 # the single-request lifecycle rows of vLLM's own rules with L symbolic:
-# ready (store.LIFECYCLE_LOOKAHEAD), not read by an obligation yet (cost)
+# store.LIFECYCLE_LOOKAHEAD, read by the deep companions (store.with_lookahead)
 LIFECYCLE_L = ("invariant", "completeness", "exactly-once", "computed-before-stored")
 
 
@@ -275,3 +275,53 @@ def test_invariant_lookahead_lemmas_hold_and_are_cheap():
     for q in qs:
         m = Meter()
         assert check_terms(q.premise + [q.violation], 1_000_000, m)[0] == z3.unsat
+
+
+LOOKAHEAD_COMPANIONS = ("invariant-lookahead", "exactly-once-lookahead",
+                        "computed-before-stored-lookahead")
+
+
+def test_lookahead_companions_are_deep_rows_about_0_34_0_only():
+    """Each companion has one row, vllm-0.33 about 0.34.0 with L symbolic,
+    run by the deep run only; its base obligation keeps every release's rows
+    at L = 0 in the default run."""
+    from kvreach.proofs import matrix
+    from kvreach.proofs.rows import models_lookahead, rows_for, selected_rows
+
+    for name in LOOKAHEAD_COMPANIONS:
+        ob = OBLIGATIONS[name]
+        assert list(rows_for(name, None, None)) == [(name, "vllm-0.33", "any", "0.34.0")]
+        assert models_lookahead(ob, matrix.representative("0.34.0"), "vllm-0.33")
+        base = OBLIGATIONS[name.removesuffix("-lookahead")]
+        assert not base.deep and "lookahead_hashes" not in base.reads
+        assert ob.mutant == base.mutant and ob.step_violation is base.step_violation
+    default = selected_rows(None, None, None)
+    deep = selected_rows(None, None, None, deep=True)
+    assert not any(k[0] in LOOKAHEAD_COMPANIONS for k in default)
+    assert {k[0] for k in deep} >= set(LOOKAHEAD_COMPANIONS)
+
+
+def test_the_invariant_with_l_runs_only_where_a_row_needs_it(monkeypatch):
+    """pool.run's invariant rows: the companion invariant only in a deep run
+    or for a selected obligation reading L (its rows rest on it)."""
+    from kvreach.proofs import pool
+
+    seen = []
+    monkeypatch.setattr(pool, "_run_row", lambda key, ok: seen.append(key) or _row(key))
+    monkeypatch.setattr(pool.cache, "enabled", lambda: False)
+
+    def invariants(**kw):
+        seen.clear()
+        list(pool.run(jobs=1, **kw))
+        return {k[0] for k in seen if k[0].startswith("invariant")}
+
+    assert invariants(obligation="exactly-once", rule="vllm-0.33") == {"invariant"}
+    assert invariants(obligation="exactly-once-lookahead") == {"invariant",
+                                                               "invariant-lookahead"}
+
+
+def _row(key):
+    from kvreach.proofs.rows import Row
+
+    name, rule, model, vllm = key
+    return Row(name, rule, model, "proved", "", 0.0, vllm=vllm)

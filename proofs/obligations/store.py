@@ -15,6 +15,8 @@ every reported counterexample is a real trace.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import z3
 
 from kvreach.proofs import mutants
@@ -161,9 +163,9 @@ def _load_window_blocks(ctx: Ctx):
 # the step's hashed prompt horizon (spec.lifecycle.lookahead_keep in the
 # invariant). kvreach's lookup-window is left at L = 0: the spec's keep
 # decision reads the prompt's offloadable tokens without the mode
-# (impl reads the step's hashed end). Not set on an obligation yet: the
-# invariant's 0.34.0 row with it is proved but costs 65.8 M units, over the
-# default run's budget, and exactly-once's 143.7 M (docs/proofs-cost.md).
+# (impl reads the step's hashed end). Set on the deep companions only
+# (with_lookahead): the invariant's 0.34.0 row with it costs 65.8 M units,
+# exactly-once's 143.7 M, over the default run's budget (docs/proofs-cost.md).
 LIFECYCLE_LOOKAHEAD = dict(reads=frozenset({"lookahead_hashes"}), lookahead_rules=RELEASE_RULES)
 INVARIANT_LOOKAHEAD_SCOPE = (
     "; with L >= 1 vllm-0.33's invariant keeps a chunk by the mask at the horizon of the step "
@@ -280,9 +282,32 @@ INVARIANT = Obligation(
     "invariant, which the initial state satisfies.",
     "lifecycle", mutant=mutants.STUCK_CURSOR, scope=SCOPE_SYMBOLIC, role=Role.INVARIANT,
     step_violation=_invariant_step, model_specific=False,
-    # ready for L symbolic (LIFECYCLE_LOOKAHEAD, not read yet: docs/proofs-cost.md)
+    # its lemmas and cube serve its companion with L symbolic (INVARIANT_LOOKAHEAD)
     lookahead_scope=INVARIANT_LOOKAHEAD_SCOPE, lemmas=lookahead_lemmas, lookahead_cube=True,
 )
+
+
+def with_lookahead(ob: Obligation, lemmas: bool = False) -> Obligation:
+    """``ob``'s deep companion about the releases with lookahead block hashes
+    (vLLM 0.34.0 on), L symbolic (:data:`LIFECYCLE_LOOKAHEAD`: vLLM's own
+    rule; kvreach's ``lookup-window`` does not read the hashed prompt end in
+    the spec), split by the lookahead cube (the invariant on its step
+    lemmas: ``lemmas``; the properties without, as measured); ``ob``'s own
+    rows stay every release's at L = 0. Deep: with L the rows cost 65 M to
+    144 M units each (docs/proofs-cost.md)."""
+    return replace(
+        ob, name=ob.name + "-lookahead",
+        statement=ob.statement + " With vLLM 0.34.0's lookahead block hashes "
+        "(num_hash_lookahead_tokens L >= 0 symbolic).",
+        rules=("vllm-0.33",), lemmas=lookahead_lemmas if lemmas else None, lookahead_cube=True,
+        lookahead_only=True, deep=True, **LIFECYCLE_LOOKAHEAD)
+
+
+# with L symbolic (the rows ``rows.models_lookahead``): the invariant the
+# other two rest on, and the two properties Z3 proves with it
+INVARIANT_LOOKAHEAD = with_lookahead(INVARIANT, lemmas=True)
+EXACTLY_ONCE_LOOKAHEAD = with_lookahead(EXACTLY_ONCE)
+COMPUTED_BEFORE_STORED_LOOKAHEAD = with_lookahead(COMPUTED_BEFORE_STORED)
 LOAD_WITNESS = Obligation(
     "load-witness",
     "Any hit boundary that requests a chunk implies the named witness "
