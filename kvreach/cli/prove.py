@@ -42,7 +42,8 @@ def prove(
         "--no-cache", help="solve every query, ignoring the result cache of unchanged "
                            "queries (the cache is also off when CI=true)")] = False,
     deep: Annotated[bool, typer.Option(
-        "--deep", help="also run the deep rows (over the block-shape family): "
+        "--deep", help="also run the deep rows (over the block-shape family, or with vLLM "
+                       "0.34.0's lookahead hashes symbolic): "
                        + ", ".join(n for n, ob in OBLIGATIONS.items() if ob.deep)
                        + " (docs/proofs-cost.md; without it they run only when named by "
                        "--obligation)")] = False,
