@@ -407,7 +407,7 @@ def test_layering():
 def test_layering_within_spec_and_impl_is_one_way():
     """config -> load, mask, lookup -> rules -> lifecycle -> evaluate;
     contracts -> load, lookup -> oracles -> mask -> rules, monitor -> release_rules
-    -> lifecycle -> worlds, release; the connector: metrics, vllm_release -> vllm_copy
+    -> lifecycle -> worlds, release -> decoded; the connector: metrics, vllm_release -> vllm_copy
     (seams, connector_init -> one module per release -> the package); options, groups ->
     scheduler -> connector -> vllm_connector (the configured path). A module
     imports only modules ranked below it."""
@@ -420,6 +420,7 @@ def test_layering_within_spec_and_impl_is_one_way():
         "kvreach.impl.rules": 4, "kvreach.impl.monitor": 4,
         "kvreach.impl.release_rules": 5,
         "kvreach.impl.lifecycle": 6, "kvreach.impl.worlds": 7, "kvreach.impl.release": 7,
+        "kvreach.impl.decoded": 8,
         "kvreach.impl.vllm": 0, "kvreach.impl.vllm.metrics": 0, "kvreach.impl.vllm.vllm_release": 0,
         "kvreach.impl.vllm.vllm_copy.seams": 0, "kvreach.impl.vllm.vllm_copy.connector_init": 0,
         "kvreach.impl.vllm.vllm_copy.v0_33_0": 1, "kvreach.impl.vllm.vllm_copy.v0_34_0": 1,
