@@ -300,7 +300,10 @@ def with_lookahead(ob: Obligation, lemmas: bool = False) -> Obligation:
         statement=ob.statement + " With vLLM 0.34.0's lookahead block hashes "
         "(num_hash_lookahead_tokens L >= 0 symbolic).",
         rules=("vllm-0.33",), lemmas=lookahead_lemmas if lemmas else None, lookahead_cube=True,
-        lookahead_only=True, deep=True, **LIFECYCLE_LOOKAHEAD)
+        lookahead_only=True, deep=True, **LIFECYCLE_LOOKAHEAD,
+        # proved rows only: no counterexample to replay on vLLM (an
+        # obligation with a replay has an expected counterexample row)
+        vllm_replay=None)
 
 
 # with L symbolic (the rows ``rows.models_lookahead``): the invariant the
