@@ -187,10 +187,16 @@ def show(e: z3.ExprRef) -> str:
 # ---------------------------------------------------------------------------
 
 
+# Each feasibility question within this many Z3 resource units (never a
+# wall-clock limit: the diagram must not depend on machine load); the
+# table's questions spend at most about 12,000 units each.
+DIAGRAM_RLIMIT = 20_000_000
+
+
 def _sat(*fs) -> bool | None:
     """True / False, or None when Z3 gives up (then nothing is decided)."""
     solver = z3.Solver()
-    solver.set("timeout", 5_000)
+    solver.set("rlimit", DIAGRAM_RLIMIT)
     solver.add(*fs)
     r = solver.check()
     return None if r == z3.unknown else r == z3.sat

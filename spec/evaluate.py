@@ -58,13 +58,20 @@ def free_consts(*terms: z3.ExprRef) -> list[z3.ExprRef]:
     return list(seen.values())
 
 
+# Each check of a pinned evaluation within this many Z3 resource units (a
+# resource limit, so the answer does not depend on machine load). Every
+# configuration is concrete: the test suite's checks spend at most about
+# 0.75 M units each.
+EVAL_RLIMIT = 50_000_000
+
+
 class Pinned:
     """The mechanism: pins asserted once in an incremental solver, then
     :meth:`value` / :meth:`exists` of terms under them."""
 
-    def __init__(self, pins: z3.BoolRef, what: str, timeout_ms: int = 10_000):
+    def __init__(self, pins: z3.BoolRef, what: str, rlimit: int = EVAL_RLIMIT):
         self.solver = z3.Solver()
-        self.solver.set("timeout", timeout_ms)
+        self.solver.set("rlimit", rlimit)
         self.solver.add(pins)
         self._pins = pins
         if self.solver.check() != z3.sat:
@@ -144,7 +151,7 @@ class Evaluator(Pinned):
     """The spec at one concrete configuration. Reuse one instance for many
     terms: the pins are asserted once in an incremental solver."""
 
-    def __init__(self, g: GroupConfig, r: RequestConfig, timeout_ms: int = 10_000,
+    def __init__(self, g: GroupConfig, r: RequestConfig, rlimit: int = EVAL_RLIMIT,
                  lookahead: bool | None = None):
         """``lookahead``: the configuration has vLLM 0.34.0's lookahead-hash
         parameters (``SymConfig.fresh(lookahead=True)``, pinned to the
@@ -159,7 +166,7 @@ class Evaluator(Pinned):
             pins = z3.And(self.s.well_formed(), self.s.equals(g, r))
         except ValueError as e:  # alignment_tokens % B != 0
             raise EvalError(str(e)) from e
-        super().__init__(pins, f"{g}, {r}", timeout_ms)
+        super().__init__(pins, f"{g}, {r}", rlimit)
 
     # --- spec terms at concrete arguments ---------------------------------
     @property

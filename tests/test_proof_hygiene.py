@@ -242,3 +242,45 @@ def test_a_static_model_is_decoded_by_its_records_decoder():
     assert own["offloadable_tokens"] >= 0 and "lookup_groups" in own
     assert set(plain) == {"config", "chunk", "final_horizon_chunks", "boundary_block"}
     assert {k: own[k] for k in plain} == plain
+
+
+SOLVER_SOURCES = ("spec", "proofs", "impl", "kvreach", "tests", "scripts", "bench")
+
+
+def _solver_limit_defects(root) -> list[str]:
+    """Every Z3 ``timeout`` set in the sources under ``root`` (a wall-clock
+    limit: its answer depends on machine load), and every test that builds
+    its own ``z3.Solver()`` (whose default strategy on nonlinear queries
+    runs under wall-clock ``try_for`` limits) instead of checking through
+    ``solve.check_terms`` as the proof run does."""
+    import re
+    from pathlib import Path
+
+    out = []
+    for top in SOLVER_SOURCES:
+        for path in sorted((Path(root) / top).rglob("*.py")):
+            if path.name == Path(__file__).name:  # this check's own patterns
+                continue
+            text = path.read_text()
+            rel = path.relative_to(root).as_posix()
+            for m in re.finditer(r"""\.set\(\s*["'](?:timeout|smt\.timeout)["']""", text):
+                out.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: timeout")
+            if top == "tests":
+                for m in re.finditer(r"z3\.(?:Solver|SimpleSolver|SolverFor)\(", text):
+                    out.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: own solver")
+    return out
+
+
+def test_no_wall_clock_solver_limit_and_tests_check_as_the_proof_run_does():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert _solver_limit_defects(root) == []
+
+
+def test_the_solver_limit_check_sees_a_timeout_and_an_own_solver(tmp_path):
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "spec" / "a.py").write_text('s = z3.Solver()\ns.set("timeout", 5)\n')
+    (tmp_path / "tests" / "test_b.py").write_text('\ns = z3.Solver()\n')
+    assert _solver_limit_defects(tmp_path) == ["spec/a.py:2: timeout", "tests/test_b.py:2: own solver"]
