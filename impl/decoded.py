@@ -12,7 +12,7 @@ through, below both of them.
 
 from __future__ import annotations
 
-from kvreach.impl.lookup import LaterRequest, LookupGroup, StoreContent, lookup
+from kvreach.impl.lookup import VLLM_WINDOW, LaterRequest, LookupGroup, StoreContent, lookup
 from kvreach.impl.release import lookup_parts, with_lookup_of
 from kvreach.impl.rules import store_step
 from kvreach.params import GroupConfig, RequestConfig
@@ -40,7 +40,7 @@ def lookup_groups_of(lg: dict, g: GroupConfig) -> tuple:
     return full + (with_lookup_of(release_of(lg), LookupGroup(
         g.block_tokens, g.blocks_per_chunk, window_tokens=lg["window"],
         extra_retained_tokens=lg["extra_retained_tokens"], eagle=g.eagle,
-        lookup_variant=lg.get("lookup_variant", "vllm-window"))),)
+        lookup_variant=lg.get("lookup_variant", VLLM_WINDOW))),)
 
 
 def neighbours_lookup(cex: dict, rule: str | None = None):

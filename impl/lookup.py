@@ -49,7 +49,8 @@ from kvreach.params import ParamError, need_int, cdiv
 # "read-window", the load-side change docs/findings.md F7 proposes (the run is
 # the chunks the load reads, ``ceil((W - 1 + extra) / C)``, not also
 # ``ceil(W / C)``). Everything else of the lookup is the same in both.
-LOOKUP_VARIANTS = ("vllm-window", "read-window")
+VLLM_WINDOW, READ_WINDOW = "vllm-window", "read-window"
+LOOKUP_VARIANTS = (VLLM_WINDOW, READ_WINDOW)
 
 # The parts of the lookup that differ between vLLM releases
 # (``kvreach.releases.Release``), each a parameter whose default is vLLM
@@ -93,7 +94,7 @@ class LookupGroup:
     window_tokens: int | None = None
     extra_retained_tokens: int = 0
     eagle: bool = False
-    lookup_variant: str = "vllm-window"
+    lookup_variant: str = VLLM_WINDOW
     window_extra: bool = True
     padded_initial_window: bool = True
 
@@ -132,7 +133,7 @@ class LookupGroup:
         if not self.window_extra:  # vLLM 0.29.0 / 0.30.0
             return cdiv(self.window_tokens, C)
         reads = cdiv(self.window_tokens - 1 + self.extra_retained_tokens, C)
-        if self.lookup_variant == "read-window":
+        if self.lookup_variant == READ_WINDOW:
             return max(1, reads)
         return max(cdiv(self.window_tokens, C), reads)
 

@@ -9,7 +9,7 @@ import z3
 
 from kvreach.impl.decoded import lookup_groups_of, lookup_parts_of
 from kvreach.impl.lifecycle import OUTCOMES, Lifecycle, Trace, VllmStep, run, run_vllm
-from kvreach.impl.lookup import LaterRequest, StoreContent, lookup
+from kvreach.impl.lookup import VLLM_WINDOW, LaterRequest, StoreContent, lookup
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_step
 from kvreach.impl.worlds import later_lookup
@@ -161,7 +161,7 @@ def decode_bmc(m, ctx, sts, trs, depth: int, replay: bool = True) -> dict:
         out["lookup_groups"] = {
             "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
             "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}
-        if lk.variant != "vllm-window":
+        if lk.variant != VLLM_WINDOW:
             out["lookup_groups"]["lookup_variant"] = lk.variant
         _record_release(out["lookup_groups"], lk)
         out["later_request"] = {
@@ -298,7 +298,7 @@ def decode_no_waste(m, ctx) -> dict:
              "lookup_groups": {
                  "full_block_tokens": _v(m, lk.full_block_tokens) if has_full else None,
                  "window": _v(m, lk.W), "extra_retained_tokens": _v(m, lk.extra)}}
-    if lk.variant != "vllm-window":
+    if lk.variant != VLLM_WINDOW:
         extra["lookup_groups"]["lookup_variant"] = lk.variant
     _record_release(extra["lookup_groups"], lk)
     return extra | decode_chunk(m, ctx)

@@ -15,7 +15,7 @@ import z3
 
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE, Release
 from kvreach.spec.config import SymConfig
-from kvreach.spec.lookup import LookupSym
+from kvreach.spec.lookup import VLLM_WINDOW, LookupSym
 
 
 def _fresh_lookup():
@@ -43,7 +43,7 @@ class Ctx:
     mutant: dict = field(default_factory=dict)
     # the lookup variant the later request(s) look up under
     # (``spec.lookup.LOOKUP_VARIANTS``), fixed when the context is made
-    lookup_variant: str = "vllm-window"
+    lookup_variant: str = VLLM_WINDOW
     # the vLLM release (``kvreach.releases``) whose parts the spec applies
     # (lookup, mask window, world "restarts"'s cursor and null filter)
     release: Release = DEFAULT_RELEASE
@@ -170,7 +170,7 @@ class Obligation:
     # those shapes first, in order (the verdict never depends on them)
     named_shapes: Callable | None = None
     bounds: dict = field(default_factory=dict)  # the bounds its scope states (proofs/config.py)
-    lookup_variant: str = "vllm-window"  # the later request's (spec.lookup.LOOKUP_VARIANTS)
+    lookup_variant: str = VLLM_WINDOW  # the later request's (spec.lookup.LOOKUP_VARIANTS)
     # the fields of a vLLM release record (``kvreach.releases.Release``) its
     # queries read beyond the store rule: its rows are one per group of
     # releases agreeing in them (``kvreach.proofs.matrix``)

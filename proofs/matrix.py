@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from kvreach.params import ParamError
 from kvreach.releases import DEFAULT, RELEASES, Release, release
+from kvreach.spec.lookup import VLLM_WINDOW
 
 # The parts of a release the single-request world's lookup obligations read
 # (``spec.lookup``: the lookup and the store mask's window it is linked to).
@@ -56,7 +57,7 @@ def group_name(group: tuple[Release, ...]) -> str:
     return "/".join(v for r in group for v in r.names)
 
 
-def groups(reads: frozenset, rule: str, lookup_variant: str = "vllm-window") -> list[tuple[Release, ...]]:
+def groups(reads: frozenset, rule: str, lookup_variant: str = VLLM_WINDOW) -> list[tuple[Release, ...]]:
     """The release groups of an obligation's rows under ``rule``, oldest
     first (see the module's docstring). ``rule="any"``: every release."""
     if rule in RELEASE_RULES:
@@ -68,7 +69,7 @@ def groups(reads: frozenset, rule: str, lookup_variant: str = "vllm-window") -> 
     for r in candidates:
         by_parts.setdefault(tuple(getattr(r, p) for p in parts), []).append(r)
     out = [tuple(g) for g in by_parts.values()]
-    if rule not in RELEASE_RULES and rule != "any" or lookup_variant != "vllm-window":
+    if rule not in RELEASE_RULES and rule != "any" or lookup_variant != VLLM_WINDOW:
         out = [g for g in out if DEFAULT in g]  # kvreach's own: scored against 0.33.0
     return out
 

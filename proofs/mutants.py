@@ -15,6 +15,7 @@ from dataclasses import replace
 import z3
 
 from kvreach.proofs.framework import Mutant
+from kvreach.spec.lookup import READ_WINDOW
 from kvreach.spec.rules import StoreStep, lookup_window_store, v033_store
 
 # --- store decisions (lifecycle obligations) ----------------------------------
@@ -119,7 +120,7 @@ VERIFIED_RUN_ONE_SHORT = Mutant(  # obligations.lookup._lookup_run_stored
     starting one chunk late (``verified_short_by=1``): a store missing only
     the run's first chunk then looks complete, yet its hit is shorter.""")
 READ_WINDOW_LOOKUP = Mutant(  # the later request's lookup variant (Ctx.lookup_variant)
-    "read-window-lookup", {"lookup_variant": "read-window"},
+    "read-window-lookup", {"lookup_variant": READ_WINDOW},
     """``hit-preserving-wastes`` under the lookup variant ``read-window``
     (``get_sliding_window_size_in_chunks`` returning the chunks the load
     reads): the run's first chunk is then loaded by the very hit it serves,

@@ -33,6 +33,7 @@ import z3
 from kvreach.params import GroupConfig, RequestConfig
 from kvreach.spec import load, mask
 from kvreach.spec.config import SymConfig
+from kvreach.spec.lookup import VLLM_WINDOW
 from kvreach.spec.rules import RULES, storable_chunks
 
 
@@ -276,7 +277,7 @@ def lookup_values(*, full_block_tokens: int | None, swa_block_tokens: int, block
                   window: int, extra_retained_tokens: int, eagle: bool, num_tokens: int,
                   local_hit_tokens: int, max_load_tokens: int | None,
                   full_chunks: Iterable[int], swa_chunks: Iterable[int],
-                  lookup_variant: str = "vllm-window", release=None,
+                  lookup_variant: str = VLLM_WINDOW, release=None,
                   full_eagle: bool | None = None,
                   hash_lookahead_tokens: int | None = None) -> dict:
     """``spec.lookup.lookup`` pinned to one configuration, one later request

@@ -105,7 +105,7 @@ VLLM_WINDOW, READ_WINDOW = "vllm-window", "read-window"
 LOOKUP_VARIANTS = (VLLM_WINDOW, READ_WINDOW)
 
 
-def window_chunks(W, extra, C, variant: str = "vllm-window",
+def window_chunks(W, extra, C, variant: str = VLLM_WINDOW,
                   release: Release = DEFAULT_RELEASE):
     """``get_sliding_window_size_in_chunks``: ``max(ceil(W / C), ceil((W - 1 +
     extra_retained_tokens) / C))``. ``variant="read-window"``: ``max(1,
@@ -116,12 +116,12 @@ def window_chunks(W, extra, C, variant: str = "vllm-window",
     assert variant in LOOKUP_VARIANTS, variant
     if not release.lookup_window_extra:
         return cdiv(W, C)
-    if variant == "read-window":
+    if variant == READ_WINDOW:
         return z3_max(1, cdiv(W - 1 + extra, C))
     return z3_max(cdiv(W, C), cdiv(W - 1 + extra, C))
 
 
-def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = "vllm-window",
+def load_window_chunks(W, extra, C, candidate_end_tokens, variant: str = VLLM_WINDOW,
                        release: Release = DEFAULT_RELEASE):
     """``GroupOffloadConfig.load_window_size_in_chunks``: widened by the right
     padding ``-candidate_end % C`` of a candidate end that is not chunk-aligned
@@ -292,13 +292,13 @@ class LookupSym:
     local_hit_tokens: z3.ArithRef
     has_max_load: z3.BoolRef
     max_load_tokens: z3.ArithRef
-    variant: str = "vllm-window"
+    variant: str = VLLM_WINDOW
     release: Release = DEFAULT_RELEASE
     full_eagle: z3.BoolRef | None = None
     L: z3.ArithRef | None = None
 
     @staticmethod
-    def fresh(prefix: str = "lk_", variant: str = "vllm-window",
+    def fresh(prefix: str = "lk_", variant: str = VLLM_WINDOW,
               release: Release = DEFAULT_RELEASE, full_eagle: bool = False,
               lookahead: bool = False) -> "LookupSym":
         """Fresh symbols; ``full_eagle``: the full-attention group's EAGLE

@@ -27,6 +27,7 @@ from unittest import mock
 
 from vllm.v1.kv_offload.base import LookupResult
 
+from kvreach.impl.lookup import READ_WINDOW, VLLM_WINDOW
 from kvreach.proofs.obligations import ALL
 from kvreach.vllm_harness.lookups import (
     LookupRecorder,
@@ -74,11 +75,11 @@ def lookup_variant(cex: dict):
     extra) / C))``, and the twin every lookup is checked against
     (``lookups.lookup_groups``) to the same variant. ``vllm-0.33``:
     nothing patched."""
-    variant = cex["lookup_groups"].get("lookup_variant", "vllm-window")
-    if variant == "vllm-window":
+    variant = cex["lookup_groups"].get("lookup_variant", VLLM_WINDOW)
+    if variant == VLLM_WINDOW:
         yield
         return
-    if variant != "read-window":
+    if variant != READ_WINDOW:
         raise ValueError(f"lookup_groups.lookup_variant = {variant!r}: expected 'vllm-window' or "
                          "'read-window'")
     from kvreach.vllm_harness import lookups as lookup_harness
@@ -97,7 +98,7 @@ def lookup_variant(cex: dict):
 
     with mock.patch.object(offload_config, "get_sliding_window_size_in_chunks", read_window), \
             mock.patch.object(lookup_harness, "lookup_groups", lambda setup: [
-                dataclasses.replace(g, lookup_variant="read-window") if g.is_swa else g
+                dataclasses.replace(g, lookup_variant=READ_WINDOW) if g.is_swa else g
                 for g in groups(setup)]):
         yield
 
