@@ -98,8 +98,17 @@ GEOMETRIES: tuple[Geometry, ...] = (
 # retention interval of k chunks symbolic (k a divisor of the segment):
 # undecided within the row's 200 M units; k <= 4: 6.7 M for this shape, but
 # over 300 s undecided for full block 256 / SWA block 64; k fixed to 3: 1.6 M.
-# So a positive retention interval is in the worked geometries only (72
-# tokens: proofs/geometries.py GEOMETRIES), not in the family.
+# So a positive retention interval of any length is in the worked geometries
+# only (72 tokens: proofs/geometries.py GEOMETRIES). With the interval fixed
+# to k SWA chunks in every member (hit-preservation-family, lookup-window,
+# 0.34.0, each member one row alone): k = 1 4.7 M units over the 20
+# members, k = 2 37.3 M (full block 36 / SWA block 4 alone 10.7 M, decided
+# with the runner's inner splits; per cube leaf two leaves were undecided
+# within their limit), k = 3 about 103 M (full block 256 / SWA block 8 alone
+# 41 M), k = 18 (the worked geometry's 72 tokens at SWA block 4) 12.4 M for the
+# SWA-only block-4 member alone. FAMILY_RETENTION_CHUNKS are the k the family
+# rows that take them prove.
+FAMILY_RETENTION_CHUNKS = (1, 2)
 FAMILY_SWA_BLOCKS = (4, 8, 16, 32, 64)  # every power of two from 4 to 64
 FAMILY_FULL_BLOCKS = (None, "same")  # SWA only, or the full-attention block the SWA block's
 # further shapes of real deployments (bench/bench_hits.py SHAPES) and the
@@ -131,7 +140,8 @@ class BlockShape:
     full-attention group) is fixed; the window (>= 1, with ``W +
     extra_retained_tokens >= 2``), ``extra_retained_tokens`` and EAGLE
     symbolic and unbounded; the retention interval per ``retention``:
-    ``"none-or-zero"`` (None or 0, symbolic) or ``"none"``. ``no_eagle``: EAGLE off;
+    ``"none-or-zero"`` (None or 0, symbolic), ``"none"``, or an int ``k``: a
+    positive interval of ``k`` SWA chunks (``R = k * chunk_tokens``). ``no_eagle``: EAGLE off;
     ``window_one_past_chunks``: ``W - 1`` a multiple of the SWA chunk and
     shorter than the alignment (as in the worked geometries), no EAGLE, no ``extra_retained_tokens``, no retention interval (the premise
     of ``hit-preserving-wastes``). ``split``: a static obligation with
@@ -143,7 +153,7 @@ class BlockShape:
     full_block: int | None
     swa_block: int
     bpc: int = 1
-    retention: str = "none-or-zero"
+    retention: str | int = "none-or-zero"
     no_eagle: bool = False
     window_one_past_chunks: bool = False
     split: bool = False
@@ -153,7 +163,9 @@ class BlockShape:
     @property
     def name(self) -> str:
         full = "SWA only" if self.full_block is None else f"full block {self.full_block}"
-        return f"family: {full}, SWA block {self.swa_block}, blocks_per_chunk {self.bpc}"
+        ret = (f", retention interval {self.retention} chunk{'s' if self.retention > 1 else ''}"
+               if isinstance(self.retention, int) else "")
+        return f"family: {full}, SWA block {self.swa_block}, blocks_per_chunk {self.bpc}{ret}"
 
     def pins(self, ctx) -> list:
         s, lk = ctx.s, ctx.lk
@@ -164,6 +176,9 @@ class BlockShape:
             out.append(lk.full_block_tokens == self.full_block)
         if self.retention == "none" or self.window_one_past_chunks:
             out.append(s.retention_mode == RetentionMode.NONE)
+        elif isinstance(self.retention, int):
+            assert self.retention >= 1, self.retention
+            out += [s.retention_mode == RetentionMode.POSITIVE, s.Rc == self.retention]
         else:
             assert self.retention == "none-or-zero", self.retention
             out.append(s.retention_mode != RetentionMode.POSITIVE)
@@ -184,8 +199,9 @@ def family(**kw) -> tuple[BlockShape, ...]:
     flags)."""
     shapes = [(B if f == "same" else f, B, 1) for B in FAMILY_SWA_BLOCKS for f in FAMILY_FULL_BLOCKS]
     shapes += [x for x in FAMILY_EXTRA_SHAPES if x not in shapes]
+    positive = isinstance(kw.get("retention"), int)  # cube leaves undecided there (36 / 4)
     return tuple(BlockShape(f, B, bpc, split=(f, B, bpc) in FAMILY_SPLIT_SHAPES,
-                            cube_only=(f, B, bpc) in FAMILY_CUBE_ONLY_SHAPES, **kw)
+                            cube_only=(f, B, bpc) in FAMILY_CUBE_ONLY_SHAPES and not positive, **kw)
                  for f, B, bpc in shapes)
 
 

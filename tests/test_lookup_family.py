@@ -17,7 +17,7 @@ import pytest
 import z3
 
 from kvreach.proofs import neighbours, rows
-from kvreach.proofs.geometries import GEOMETRIES, family
+from kvreach.proofs.geometries import FAMILY_RETENTION_CHUNKS, GEOMETRIES, family
 from kvreach.proofs.induction import lifecycle_step_query
 from kvreach.proofs.obligations import OBLIGATIONS
 from kvreach.proofs.solve import Meter, check_terms, decide
@@ -191,3 +191,32 @@ def test_every_bench_shape_is_a_family_member_of_each_row_over_it():
         assert bench <= _shapes(OBLIGATIONS[name].grid), name
     wider = {x for x in bench if x[0] is not None and x[0] > x[1]}
     assert wider <= _shapes(OBLIGATIONS["hit-preserving-wastes"].grid)
+
+
+def test_family_row_has_every_member_again_with_each_positive_retention_interval():
+    """hit-preservation-family's grid: every member with the retention
+    interval None or 0, and every member again with a positive one of k SWA
+    chunks for each k of ``FAMILY_RETENTION_CHUNKS``."""
+    grid = OBLIGATIONS["hit-preservation-family"].grid
+    assert _shapes(g for g in grid if g.retention == "none-or-zero") == _shapes(family())
+    for k in FAMILY_RETENTION_CHUNKS:
+        assert _shapes(g for g in grid if g.retention == k) == _shapes(family()), k
+    assert len(grid) == len(family()) * (1 + len(FAMILY_RETENTION_CHUNKS))
+
+
+RETENTION_MEMBER_32 = next(
+    g for g in OBLIGATIONS["hit-preservation-family"].grid
+    if g.swa_block == PLANTED_BLOCK and (g.full_block or 0) > PLANTED_BLOCK
+    and g.retention == max(FAMILY_RETENTION_CHUNKS))
+
+
+def test_planted_window_change_at_block_32_is_rejected_with_a_retention_interval(
+        window_one_chunk_wider_at_block_32):
+    """The plant at the member full block 64 / SWA block 32 with a positive
+    retention interval (its longest k): a later request the interval
+    promises loses a hit."""
+    assert _step_verdict(RETENTION_MEMBER_32, "hit-preservation-family") == z3.sat
+
+
+def test_unplanted_retention_member_is_proved():
+    assert _step_verdict(RETENTION_MEMBER_32, "hit-preservation-family") == z3.unsat

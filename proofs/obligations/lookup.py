@@ -27,7 +27,8 @@ from kvreach.proofs.decode import (OFFLOADABLE_TOKENS, decode_no_waste, lost_hit
                                    unloaded_kept_chunk)
 from kvreach.proofs.flatten import flat_query
 from kvreach.proofs.framework import Ctx, Mutant, Obligation, Query, Replay
-from kvreach.proofs.geometries import Geometry, family, family_text, worked_text
+from kvreach.proofs.geometries import (FAMILY_RETENTION_CHUNKS, Geometry, family, family_text,
+                                      worked_text)
 from kvreach.proofs.keep import one_shot_mask
 from kvreach.proofs.matrix import LOOKUP_PARTS
 from kvreach.spec.config import z3_max, z3_min
@@ -433,24 +434,29 @@ HIT_PRESERVATION = Obligation(
     reads=LOOKUP_PARTS,
     vllm_replay=Replay("hit-preservation", on_releases=True), trace_witness=lost_hit_chunks,
 )
-# hit-preservation over the block-shape family (every member, the retention
-# interval None or 0 symbolic), for the rule it proves (lookup-window): a deep
-# row beside the per-geometry one of the default run (docs/proofs-cost.md).
-_GRID_FAMILY = family()
+# hit-preservation over the block-shape family (every member with the
+# retention interval None or 0 symbolic, and again with a positive one of each
+# length of geometries.FAMILY_RETENTION_CHUNKS), for the rule it proves
+# (lookup-window): a deep row beside the per-geometry one of the default run
+# (docs/proofs-cost.md).
+_GRID_FAMILY = family() + tuple(g for k in FAMILY_RETENTION_CHUNKS for g in family(retention=k))
 _FAMILY_HIT_SCOPE = (
     "symbolic, unbounded: prompt_tokens >= 1, max_offload_tokens, offload_prompt_only, "
     "budget >= 1, step sizes, chunk index, the later request (length, shared prefix, "
     "GPU-local hit, max_load_tokens); excluded: null blocks, prepare_store refusals, "
-    "preemption; geometry: " + family_text(", EAGLE, the retention interval None or 0 (a "
-                                           "positive one: the worked geometry of 72 tokens, "
-                                           "hit-preservation's)")
+    "preemption; geometry: " + family_text(
+        ", EAGLE, the retention interval None or 0; each member again with a positive "
+        "retention interval of k SWA chunks (R = k * chunk_tokens) for k in {"
+        + ", ".join(map(str, FAMILY_RETENTION_CHUNKS)) + "} (longer ones: the worked "
+        "geometry of 72 tokens, hit-preservation's)")
     + "; world: single request")
 HIT_PRESERVATION_FAMILY = Obligation(
     "hit-preservation-family",
     "hit-preservation (single-request world) over the block-shape family: no "
     "later request loses offload hit tokens to the SWA mask, in every member "
     "(block sizes and blocks_per_chunk fixed; window, extra_retained_tokens, EAGLE "
-    "and the retention interval None or 0 symbolic).",
+    "and the retention interval None or 0 symbolic; a positive retention interval "
+    "of " + " or ".join(map(str, FAMILY_RETENTION_CHUNKS)) + " SWA chunks).",
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
     scope=_FAMILY_HIT_SCOPE + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
