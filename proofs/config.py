@@ -89,10 +89,29 @@ SCOPE_WORLD_RESTARTS_034 = (
 )
 
 
-def scope_grid(geometries) -> str:
-    """A lifecycle row proved per geometry of the grid."""
-    return (SCOPE_SYMBOLIC + "; geometry fixed to each of " + str(len(geometries)) +
-            " (proofs/geometries.py), the rest symbolic; world: single request")
+# What a lookup row's single-request step leaves symbolic when its geometry
+# (block sizes, blocks_per_chunk, and for a worked geometry also the window,
+# extra_retained_tokens, EAGLE and the retention interval) is fixed.
+SCOPE_HIT_SYMBOLIC = (
+    "symbolic, unbounded: prompt_tokens >= 1, max_offload_tokens, offload_prompt_only, "
+    "budget >= 1, step sizes, chunk index, the later request (length, shared prefix, "
+    "GPU-local hit, max_load_tokens); excluded: null blocks, prepare_store refusals, "
+    "preemption"
+)
+
+
+def scope_grid(geometries, family_row: str | None = None, family_rule: str = "lookup-window") -> str:
+    """A lifecycle row proved per worked geometry of its grid (each names
+    itself); ``family_row``: the deep row with the same step over the
+    block-shape family, for ``family_rule``."""
+    names = "; ".join(g.name for g in geometries)
+    out = (SCOPE_HIT_SYMBOLIC + f"; geometry: each of the {len(geometries)} worked geometries "
+           f"of proofs/geometries.py ({names}), each fixing the block sizes, blocks_per_chunk, "
+           "window, extra_retained_tokens, EAGLE and the retention interval")
+    if family_row is not None:
+        out += (f"; the same step over the block-shape family: the deep row {family_row} "
+                f"(its scope), for {family_rule}")
+    return out + "; world: single request"
 
 
 # Bounds of the bounded obligations.

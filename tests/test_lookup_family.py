@@ -220,3 +220,36 @@ def test_planted_window_change_at_block_32_is_rejected_with_a_retention_interval
 
 def test_unplanted_retention_member_is_proved():
     assert _step_verdict(RETENTION_MEMBER_32, "hit-preservation-family") == z3.unsat
+
+
+def _family_rows():
+    return [ob for ob in OBLIGATIONS.values()
+            if ob.grid and any(not hasattr(g, "window") for g in ob.grid)]
+
+
+def test_each_family_rows_scope_says_what_its_members_fix():
+    """A row over the family says a positive retention interval of k chunks
+    exactly when its grid has such members, and EAGLE off exactly when every
+    member fixes it off (its scope is built from its grid's flags, not edited
+    from another row's)."""
+    rows_ = _family_rows()
+    assert {ob.name for ob in rows_} >= {"hit-preservation-family",
+                                         "hit-preservation-read-window-family",
+                                         "hit-preservation-read-window-aligned-family"}
+    for ob in rows_:
+        members = [g for g in ob.grid if not hasattr(g, "window")]
+        positive = any(isinstance(g.retention, int) for g in members)
+        assert ("positive retention interval of k SWA chunks" in ob.scope) == positive, ob.name
+        no_eagle = all(g.no_eagle or g.window_one_past_chunks for g in members)
+        assert ("EAGLE off" in ob.scope) == no_eagle, ob.name
+
+
+def test_per_geometry_rows_name_their_geometries_and_their_family_row():
+    for name, family_row in (("hit-preservation", "hit-preservation-family"),
+                             ("hit-preservation-read-window", "hit-preservation-read-window-family"),
+                             ("hit-preservation-read-window-aligned",
+                              "hit-preservation-read-window-aligned-family")):
+        ob = OBLIGATIONS[name]
+        assert f"each of the {len(ob.grid)} worked geometries" in ob.scope, name
+        assert all(g.name in ob.scope for g in ob.grid), name
+        assert f"the deep row {family_row} " in ob.scope and family_row in OBLIGATIONS, name

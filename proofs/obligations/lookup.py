@@ -21,7 +21,7 @@ from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import (
     LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
-    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, scope_grid,
+    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, SCOPE_HIT_SYMBOLIC, scope_grid,
 )
 from kvreach.proofs.decode import (OFFLOADABLE_TOKENS, decode_no_waste, lost_hit_chunks,
                                    unloaded_kept_chunk)
@@ -428,7 +428,8 @@ HIT_PRESERVATION = Obligation(
     "with the rule's stores equals its hit with dense stores (every chunk "
     "this request could offload), in the single-request world; with a "
     "retention interval, for the requests the interval promises.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=scope_grid(_GRID, "hit-preservation-family") + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
@@ -440,16 +441,17 @@ HIT_PRESERVATION = Obligation(
 # (lookup-window): a deep row beside the per-geometry one of the default run
 # (docs/proofs-cost.md).
 _GRID_FAMILY = family() + tuple(g for k in FAMILY_RETENTION_CHUNKS for g in family(retention=k))
-_FAMILY_HIT_SCOPE = (
-    "symbolic, unbounded: prompt_tokens >= 1, max_offload_tokens, offload_prompt_only, "
-    "budget >= 1, step sizes, chunk index, the later request (length, shared prefix, "
-    "GPU-local hit, max_load_tokens); excluded: null blocks, prepare_store refusals, "
-    "preemption; geometry: " + family_text(
-        ", EAGLE, the retention interval None or 0; each member again with a positive "
-        "retention interval of k SWA chunks (R = k * chunk_tokens) for k in {"
-        + ", ".join(map(str, FAMILY_RETENTION_CHUNKS)) + "} (longer ones: the worked "
-        "geometry of 72 tokens, hit-preservation's)")
-    + "; world: single request")
+def _family_hit_scope(kw_text: str) -> str:
+    """A family row's scope of hit-preservation's step; ``kw_text``: what
+    its members leave symbolic or fix beyond the window and extra."""
+    return SCOPE_HIT_SYMBOLIC + "; geometry: " + family_text(kw_text) + "; world: single request"
+
+
+_FAMILY_HIT_SCOPE = _family_hit_scope(
+    ", EAGLE, the retention interval None or 0; each member again with a positive "
+    "retention interval of k SWA chunks (R = k * chunk_tokens) for k in {"
+    + ", ".join(map(str, FAMILY_RETENTION_CHUNKS)) + "} (longer ones: the worked "
+    "geometry of 72 tokens, hit-preservation's)")
 HIT_PRESERVATION_FAMILY = Obligation(
     "hit-preservation-family",
     "hit-preservation (single-request world) over the block-shape family: no "
@@ -511,7 +513,8 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
     "'read-window': get_sliding_window_size_in_chunks returns "
     "max(1, ceil((W - 1 + extra_retained_tokens) / C)), the chunks the load "
     "reads (docs/findings.md F7), for the later request and the dense reference.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=scope_grid(_GRID, "hit-preservation-read-window-family") + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), replayable=_no_local_hit, lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS,
@@ -535,7 +538,9 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "ends on an SWA chunk boundary (no right padding widens the first run: "
     "every later request but one of a whole number of alignments sharing all "
     "of it), in the geometries without EAGLE or a retention interval.",
-    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT, scope=scope_grid(_GRID_ALIGNED) + SCOPE_FULL_NOT_EAGLE,
+    "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
+    scope=scope_grid(_GRID_ALIGNED, "hit-preservation-read-window-aligned-family",
+                     "vllm-0.33") + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step_aligned, bmc_violation=_hit_bmc_aligned, model_specific=False,
     grid=_GRID_ALIGNED, rules=("vllm-0.33",), lookup_variant=READ_WINDOW,
     reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
@@ -545,9 +550,7 @@ HIT_PRESERVATION_READ_WINDOW_ALIGNED_FAMILY = Obligation(
     "hit-preservation-read-window-aligned over the block-shape family (its "
     "members without EAGLE or a retention interval), for rule vllm-0.33.",
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
-    scope=(_FAMILY_HIT_SCOPE.replace(
-        ", EAGLE, the retention interval None or 0 (a positive one: the worked geometry of "
-        "72 tokens, hit-preservation's)", "; fixed: EAGLE off, no retention interval")
+    scope=(_family_hit_scope("; fixed: EAGLE off, no retention interval")
         + "; lookup variant read-window; the later requests whose dense hit ends on an SWA "
         "chunk boundary (every one but a repeated prompt of a whole number of alignments)"
         + SCOPE_FULL_NOT_EAGLE),
