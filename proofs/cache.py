@@ -121,7 +121,9 @@ KEPT_VERDICTS = ("proved", "counterexample")
 
 def source_digest() -> str:
     """sha256 over the files of the packages the proof run's queries come
-    from (paths and bytes, in sorted order), the Z3 and Python versions."""
+    from, their subpackages included (``kvreach.proofs.obligations``: the
+    obligations' scopes and queries), paths and bytes in sorted order, and
+    the Z3 and Python versions."""
     global _source
     if _source is None:
         import importlib.util
@@ -132,9 +134,10 @@ def source_digest() -> str:
         for pkg in ("kvreach", "kvreach.spec", "kvreach.proofs", "kvreach.impl"):
             spec = importlib.util.find_spec(pkg)
             for root in spec.submodule_search_locations or ():
-                for f in sorted(Path(root).iterdir()):
+                for f in sorted(Path(root).rglob("*")):
                     if f.is_file() and f.suffix in (".py", ".toml"):
-                        h.update(f"{pkg}/{f.name}\0".encode() + f.read_bytes() + b"\0")
+                        name = f.relative_to(root).as_posix()
+                        h.update(f"{pkg}/{name}\0".encode() + f.read_bytes() + b"\0")
         _source = h.hexdigest()
     return _source
 

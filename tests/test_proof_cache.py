@@ -209,6 +209,22 @@ def test_a_changed_source_misses_the_row(on, monkeypatch):
     assert runner.cached_row("load-window-blocks", "any", "any") is None
 
 
+def test_the_source_digest_covers_the_obligations_subpackage(monkeypatch):
+    """An edit under proofs/obligations/ (where the obligations' scopes and
+    queries live) is a changed source: a kept row is not taken whole."""
+    monkeypatch.setattr(cache, "_source", None)
+    before = cache.source_digest()
+    real = Path.read_bytes
+
+    def edited(self):
+        data = real(self)
+        return data + b"\n# edited" if self.parent.name == "obligations" else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    monkeypatch.setattr(cache, "_source", None)
+    assert cache.source_digest() != before
+
+
 def test_prove_sets_the_cache_switch_for_its_run_only(monkeypatch):
     import os
 
