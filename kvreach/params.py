@@ -60,6 +60,9 @@ class ParamError(ValueError):
         self.param, self.value, self.expected = param, value, expected
         super().__init__(f"{param}={value!r}: expected {expected}")
 
+    def __reduce__(self):  # raised in a proof-run worker, re-raised in the parent
+        return type(self), (self.param, self.value, self.expected)
+
 
 def cdiv(a: int, b: int) -> int:
     """vllm.utils.math_utils.cdiv."""

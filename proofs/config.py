@@ -100,17 +100,18 @@ SCOPE_HIT_SYMBOLIC = (
 )
 
 
-def scope_grid(geometries, family_row: str | None = None, family_rule: str = "lookup-window") -> str:
+def scope_grid(geometries, family_row: str | None = None, family_rule: str | None = None) -> str:
     """A lifecycle row proved per worked geometry of its grid (each names
     itself); ``family_row``: the deep row with the same step over the
-    block-shape family, for ``family_rule``."""
+    block-shape family, for ``family_rule`` (None: for each rule of this
+    row)."""
     names = "; ".join(g.name for g in geometries)
     out = (SCOPE_HIT_SYMBOLIC + f"; geometry: each of the {len(geometries)} worked geometries "
            f"of proofs/geometries.py ({names}), each fixing the block sizes, blocks_per_chunk, "
            "window, extra_retained_tokens, EAGLE and the retention interval")
     if family_row is not None:
         out += (f"; the same step over the block-shape family: the deep row {family_row} "
-                f"(its scope), for {family_rule}")
+                f"(its scope), for {family_rule or 'the same rule'}")
     return out + "; world: single request"
 
 

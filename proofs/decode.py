@@ -13,8 +13,9 @@ from kvreach.impl.lookup import VLLM_WINDOW, LaterRequest, StoreContent, lookup
 from kvreach.impl.load import wanted_chunks
 from kvreach.impl.rules import store_step
 from kvreach.impl.worlds import later_lookup
-from kvreach.params import GroupConfig, RequestConfig, RetentionMode
+from kvreach.params import GroupConfig, ParamError, RequestConfig, RetentionMode
 from kvreach.proofs.config import READABLE_BOUNDS, READABLE_BUDGET
+from kvreach.proofs.geometries import BlockShape
 from kvreach.proofs.scenarios import LOOKAHEAD_HASHED_END, PR_54362
 from kvreach.releases import DEFAULT as DEFAULT_RELEASE
 from kvreach.scenario import tokens_per_hash
@@ -72,12 +73,33 @@ def scheduler_cut(ctx, sts, trs) -> list:
     return out
 
 
-def readable_bounds(ctx) -> list:
+def readable_scale(geometry) -> int:
+    """How many times ``config.READABLE_BOUNDS`` a counterexample search at
+    ``geometry`` (a worked geometry or a family member; None: none) scales
+    them so that they contain its fixed SWA block, ``blocks_per_chunk``,
+    alignment, retention interval and (a worked geometry's) window: 1 wherever
+    they already do (every worked geometry but the windows 128 and 1024 and
+    the retention interval of 72 tokens); 2 for SWA block 32,
+    4 for 64 or an alignment of 256 tokens at SWA block 4. Unscaled, a
+    member's pins contradict the bounds and the search finds nothing."""
+    if geometry is None:
+        return 1
+    bpc, B = geometry.bpc, geometry.swa_block
+    retention = geometry.retention if isinstance(geometry.retention, int) else 0
+    fixed = {"B": B, "bpc": bpc, "alignment_blocks": (geometry.full_block or B) * bpc // B,
+             "W": getattr(geometry, "window", 0),
+             # a worked geometry's interval is in tokens, a member's in chunks
+             "Rc": retention if isinstance(geometry, BlockShape) else retention // (B * bpc)}
+    return max(1, *(-(-v // READABLE_BOUNDS[f]) for f, v in fixed.items()))
+
+
+def readable_bounds(ctx, geometry=None) -> list:
     """Small numbers for readable scenarios (counterexample search only; a
-    counterexample within bounds is a counterexample): ``config.READABLE_BOUNDS``."""
-    s = ctx.s
-    return [getattr(s, f) <= v for f, v in READABLE_BOUNDS.items()] + [
-        ctx.budget <= READABLE_BUDGET]
+    counterexample within bounds is a counterexample): ``config.READABLE_BOUNDS``
+    and ``READABLE_BUDGET``, each times :func:`readable_scale` of ``geometry``."""
+    s, k = ctx.s, readable_scale(geometry)
+    return [getattr(s, f) <= k * v for f, v in READABLE_BOUNDS.items()] + [
+        ctx.budget <= k * READABLE_BUDGET]
 
 
 def _v(m, x) -> int:
@@ -103,11 +125,19 @@ def later_lookup_of(trace: Trace, cex: dict):
 def violation_in(trace, ob, model: str, cex: dict | None = None) -> list[int]:
     """Chunks witnessing the obligation ``ob``'s violation (its record's
     ``witness`` of the decoded counterexample, else its ``trace_witness`` of
-    the replayed trace); [] if neither shows it."""
-    if ob.witness is not None:
-        return ob.witness(cex)
-    if ob.trace_witness is not None and trace is not None:
-        return ob.trace_witness(trace, model, cex)
+    the replayed trace); [] if neither shows it, or if the executable model
+    refuses the decoded scenario (a later request sharing decoded tokens
+    beyond the prompt, which ``impl.worlds.later_lookup`` does not replay):
+    then ``cex["replay_refused"]`` says why."""
+    try:
+        if ob.witness is not None:
+            return ob.witness(cex)
+        if ob.trace_witness is not None and trace is not None:
+            return ob.trace_witness(trace, model, cex)
+    except ParamError as e:
+        if cex is not None:
+            cex["replay_refused"] = str(e)
+        return []
     return []
 
 

@@ -256,6 +256,12 @@ class Obligation:
     # try per inner node, split further on unknown; every leaf unsat for a
     # proof) instead of one check; None: one check per query everywhere
     static_splits: Callable | None = None
+    # a grid lifecycle row's counterexample search at every geometry whose
+    # step fails, not only the first: each needs a BMC counterexample that
+    # replays through the executable rule (the row's ``counterexample``
+    # lists them, ``geometries_confirmed``), else the row is unknown
+    # (a failing step alone may be an unreachable state)
+    confirm_each: bool = False
 
     def __post_init__(self) -> None:
         assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay

@@ -282,6 +282,9 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
         ok = invariant_holds(invariant_ok, rule, models_lookahead(ob, matrix.representative(vllm), rule))
         return ("proved" if ok else "unknown"), scope + "; any number of steps (1-step induction" \
             + RESTS_ON + ")", ("" if ok else f"invariant of {rule} not proved"), None, non_vacuous
+    if ob.confirm_each:
+        ok = invariant_holds(invariant_ok, rule, models_lookahead(ob, matrix.representative(vllm), rule))
+        return _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, ok)
     (depth, cex), _ = grid_counterexample(name, rule, model, [g for g, _ in failed],
                                            meter=meter, vllm=vllm)
     if cex is not None:
@@ -292,6 +295,50 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
             "the initial state", detail, cex, non_vacuous
     return "unknown", scope, (_unknown_detail(meter) + "; geometries: " +
                               ", ".join(f"{g.name} ({r})" for g, r in failed)), None, non_vacuous
+
+
+def _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, invariant_ok):
+    """``Obligation.confirm_each``: a BMC counterexample at each geometry
+    whose step fails (``failed``, in grid order), each replayed through the
+    executable rule. The row's counterexample is the first geometry's, with
+    ``geometries_failing`` (the step fails), ``geometries_confirmed`` (a
+    replayed counterexample) and ``witnesses`` (geometry name -> its
+    counterexample's BMC steps, chunk, window, extra_retained_tokens, EAGLE
+    and retention interval).
+    A failing geometry without one makes the row unknown. ``invariant_ok``:
+    the rule's invariant is proved, which the other geometries' induction
+    proofs rest on (else the scope says they are not proofs)."""
+    first, depths, confirmed, missing, witnesses = None, {}, [], [], {}
+    for g, _ in failed:
+        (depth, cex), _ = grid_counterexample(name, rule, model, [g], meter=meter, vllm=vllm)
+        if cex is not None and cex.get("replayed_violation"):
+            confirmed.append(g.name)
+            depths[g.name] = depth
+            group = cex["config"]["group"]
+            witnesses[g.name] = {"steps": depth, "chunk": cex["chunk"], **{
+                k: group[k] for k in ("window", "extra_retained_tokens", "eagle",
+                                      "retention_interval")}}
+            first = first or cex
+        else:
+            missing.append(g.name + (" (BMC found none)" if cex is None else " (did NOT replay)"))
+    if missing or first is None:
+        return "unknown", scope, ("the step fails and no replayed counterexample was found at: "
+                                  + "; ".join(missing) + ". " + _unknown_detail(meter)), \
+            None, non_vacuous
+    first["geometries_failing"] = [g.name for g, _ in failed]
+    first["geometries_confirmed"] = confirmed
+    first["witnesses"] = witnesses
+    n_grid = len(OBLIGATIONS[name].grid)
+    others = ("" if len(failed) == n_grid else
+              f"; at the other {n_grid - len(failed)} the step holds: " + (
+                  "proved, any number of steps (1-step induction" + RESTS_ON + ")"
+                  if invariant_ok else f"no proof (the invariant of {rule} is not proved)"))
+    lo, hi = min(depths.values()), max(depths.values())
+    steps = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    return "counterexample", scope + (
+        f"; a counterexample by BMC at each of the {len(confirmed)} geometries where the step "
+        f"fails ({steps} step(s) from the initial state; the first is this row's), each "
+        "replayed through the executable rule" + others), "", first, non_vacuous
 
 
 def _unknown_detail(meter: Meter) -> str:

@@ -59,7 +59,7 @@ def find_counterexample(name: str, rule: str, model: str, store_fn=None,
             q, sts, trs = bmc_query(ob, ctx, depth)
             if geometry is not None:
                 extra = (geometry.example_pins(ctx) + decode.scheduler_cut(ctx, sts, trs)
-                         if pinned else decode.readable_bounds(ctx))
+                         if pinned else decode.readable_bounds(ctx, geometry))
                 if pinned and not geometry.example:
                     continue
             else:

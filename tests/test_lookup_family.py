@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import z3
 
+from kvreach.params import RULES
 from kvreach.proofs import neighbours, rows
 from kvreach.proofs.geometries import FAMILY_RETENTION_CHUNKS, GEOMETRIES, family
 from kvreach.proofs.induction import lifecycle_step_query
@@ -253,3 +254,18 @@ def test_per_geometry_rows_name_their_geometries_and_their_family_row():
         assert f"each of the {len(ob.grid)} worked geometries" in ob.scope, name
         assert all(g.name in ob.scope for g in ob.grid), name
         assert f"the deep row {family_row} " in ob.scope and family_row in OBLIGATIONS, name
+
+
+def test_per_geometry_rows_name_the_rules_their_family_row_runs_for():
+    """A per-geometry row's scope says for which of its rules the family
+    row runs: every rule it names is one of the family row's, and a rule of
+    the per-geometry row the family row lacks is named as not run."""
+    for name, family_row in (("hit-preservation", "hit-preservation-family"),
+                             ("hit-preservation-read-window", "hit-preservation-read-window-family")):
+        ob, fam = OBLIGATIONS[name], OBLIGATIONS[family_row]
+        said = ob.scope.split(f"the deep row {family_row} ")[1].split(";")[0]
+        for rule in ob.rules or RULES:
+            if rule in fam.rules:
+                assert rule in said or "for the same rule" in said, (name, rule)
+            else:
+                assert f"{rule} is not run over the family" in said, (name, rule)

@@ -75,6 +75,14 @@ def _no_local_hit(ctx: Ctx) -> list[list]:
     return [[ctx.lk.local_hit_tokens == 0]]
 
 
+def _no_local_hit_in_prompt(ctx: Ctx) -> list[list]:
+    """:func:`_no_local_hit`, the later request sharing only prompt tokens
+    (the executable replay, ``impl.worlds.later_lookup``, shares the prompt;
+    the spec's later request may also share decoded tokens): the family
+    rows' searches, one per member (``Obligation.confirm_each``)."""
+    return [[ctx.lk.local_hit_tokens == 0, ctx.shared <= ctx.s.P]]
+
+
 def _hit_step(ctx: Ctx, pre, tr, post):
     """The request ended; a later request's dense hit needs chunk ``c`` (it
     lies in the SWA run the dense lookup accepted) and ``c`` was not stored:
@@ -422,6 +430,11 @@ def _run_stored_scope(variant: str) -> str:
             "_lookup_complete_chunks" + SCOPE_FULL_NOT_EAGLE)
 
 
+# the rules hit-preservation-family and its read-window twin run for
+# (vllm-0.29: its lost hits over the family, within the search's bounds, have
+# a GPU-local hit or share decoded tokens, which the executable replay does
+# not run; docs/findings.md F6)
+FAMILY_HIT_RULES = ("vllm-0.33", "lookup-window")
 HIT_PRESERVATION = Obligation(
     "hit-preservation",
     "No later request loses offload hit tokens to the SWA mask: its hit "
@@ -429,7 +442,9 @@ HIT_PRESERVATION = Obligation(
     "this request could offload), in the single-request world; with a "
     "retention interval, for the requests the interval promises.",
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
-    scope=scope_grid(_GRID, "hit-preservation-family") + SCOPE_FULL_NOT_EAGLE,
+    scope=scope_grid(_GRID, "hit-preservation-family",
+                     " and ".join(FAMILY_HIT_RULES) + " (vllm-0.29 is not run over the family: "
+                     "docs/findings.md F6)") + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc,
     model_specific=False, grid=_GRID, replayable=_no_local_hit,
     reads=LOOKUP_PARTS,
@@ -458,13 +473,16 @@ HIT_PRESERVATION_FAMILY = Obligation(
     "later request loses offload hit tokens to the SWA mask, in every member "
     "(block sizes and blocks_per_chunk fixed; window, extra_retained_tokens, EAGLE "
     "and the retention interval None or 0 symbolic; a positive retention interval "
-    "of " + " or ".join(map(str, FAMILY_RETENTION_CHUNKS)) + " SWA chunks).",
+    "of " + " or ".join(map(str, FAMILY_RETENTION_CHUNKS)) + " SWA chunks). A rule "
+    "it refutes is refuted at each member where the step fails, by a "
+    "counterexample of its own (Obligation.confirm_each).",
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
     scope=_FAMILY_HIT_SCOPE + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
-    grid=_GRID_FAMILY, rules=("lookup-window",), replayable=_no_local_hit,
-    reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
-    # over the family: about 100 M units (docs/proofs-cost.md)
+    grid=_GRID_FAMILY, rules=FAMILY_HIT_RULES,
+    replayable=_no_local_hit_in_prompt, reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
+    confirm_each=True,
+    # over the family: about 130 M units for lookup-window (docs/proofs-cost.md)
     deep=True,
 )
 NO_WASTE = Obligation(
@@ -522,15 +540,17 @@ HIT_PRESERVATION_READ_WINDOW = Obligation(
 )
 HIT_PRESERVATION_READ_WINDOW_FAMILY = Obligation(
     "hit-preservation-read-window-family",
-    "hit-preservation-read-window over the block-shape family, for the rule it "
-    "proves (lookup-window): no later request looking up under the variant "
-    "'read-window' loses offload hit tokens to the SWA mask, in every member.",
+    "hit-preservation-read-window over the block-shape family: no later "
+    "request looking up under the variant 'read-window' loses offload hit "
+    "tokens to the SWA mask, in every member; a rule it refutes is refuted at "
+    "each member where the step fails, by a counterexample of its own.",
     "lifecycle", mutant=mutants.LOOKUP_WINDOW_SHORT,
     scope=_FAMILY_HIT_SCOPE + "; lookup variant read-window" + SCOPE_FULL_NOT_EAGLE,
     step_violation=_hit_step, bmc_violation=_hit_bmc, model_specific=False,
-    grid=_GRID_FAMILY, rules=("lookup-window",), replayable=_no_local_hit,
+    grid=_GRID_FAMILY, rules=FAMILY_HIT_RULES, replayable=_no_local_hit_in_prompt,
     lookup_variant=READ_WINDOW, reads=LOOKUP_PARTS, trace_witness=lost_hit_chunks,
-    deep=True,  # over the family: about 90 M units (docs/proofs-cost.md)
+    confirm_each=True,
+    deep=True,  # over the family: about 105 M units for lookup-window (docs/proofs-cost.md)
 )
 HIT_PRESERVATION_READ_WINDOW_ALIGNED = Obligation(
     "hit-preservation-read-window-aligned",
