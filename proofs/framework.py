@@ -262,6 +262,10 @@ class Obligation:
     # lists them, ``geometries_confirmed``), else the row is unknown
     # (a failing step alone may be an unreachable state)
     confirm_each: bool = False
+    # its rows are only those about these vLLM releases (None: every
+    # release): a deep companion over the family of a row that is a
+    # counterexample elsewhere (the per-geometry rows keep those)
+    releases: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         assert self.vllm_replay is None or self.vllm_replay.kind in REPLAY_KINDS, self.vllm_replay

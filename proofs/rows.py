@@ -105,6 +105,8 @@ def rows_for(obligation: str | None, rule: str | None, model: str | None,
                     if ob.lookahead_only and not models_lookahead(ob, matrix.representative(g), r):
                         continue
                     name_g = matrix.group_name(g)
+                    if ob.releases is not None and not set(matrix.versions(name_g)) & set(ob.releases):
+                        continue
                     if vllm is None or matrix.covers(name_g, vllm):
                         yield name, r, m, name_g
 

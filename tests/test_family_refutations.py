@@ -100,3 +100,31 @@ def test_each_confirmed_member_records_its_witness(monkeypatch):
     assert set(w) == {"steps", "chunk", "window", "extra_retained_tokens", "eagle",
                       "retention_interval"}
     assert (w["window"], w["chunk"]) == (group["window"], row.counterexample["chunk"])
+
+
+def test_param_error_survives_the_proof_pool():
+    """A ParamError raised in a proof-run worker reaches the parent whole
+    (before, it failed to unpickle and broke the process pool)."""
+    import pickle
+
+    from kvreach.params import ParamError
+
+    e = pickle.loads(pickle.dumps(ParamError("later_diverges_at", 12, "at most 11")))
+    assert (e.param, e.value, e.expected) == ("later_diverges_at", 12, "at most 11")
+    assert str(e) == "later_diverges_at=12: expected at most 11"
+
+
+def test_load_reads_checked_family_runs_for_the_releases_it_proves():
+    """The family row is about the releases whose per-geometry row is
+    proved; the others' per-geometry rows are F11's counterexamples."""
+    from kvreach.proofs import matrix
+
+    family_rows = list(rows.rows_for("load-reads-checked-family", None, None))
+    covered = {v for _, _, _, g in family_rows for v in matrix.versions(g)}
+    assert covered == set(OBLIGATIONS["load-reads-checked-family"].releases)
+    expected = rows.expected_table()
+    for _, _, _, g in rows.rows_for("load-reads-checked", None, None):
+        in_family = bool(set(matrix.versions(g)) & covered)
+        verdict = expected[("load-reads-checked", "any", "any", g)]
+        assert verdict == ("proved" if in_family else "counterexample"), g
+    assert all(expected[k] == "proved" for k in family_rows)

@@ -46,6 +46,7 @@ ALL: list[Obligation] = [
     lookup.HIT_PRESERVING_WASTES,
     lookup.LOOKUP_MONOTONE,
     lookup.LOAD_READS_CHECKED,
+    lookup.LOAD_READS_CHECKED_FAMILY,
     restarts.EXACTLY_ONCE_INCARNATION,
     restarts.EXACTLY_ONCE_RESTARTS,
     restarts.COMPUTED_BEFORE_STORED_RESTARTS,

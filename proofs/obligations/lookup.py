@@ -366,10 +366,12 @@ def _geometries_no_eagle_no_retention():
 # extra_retained_tokens, EAGLE and the retention interval's None / 0 symbolic).
 # Lifted to the family so far: hit-preserving-wastes, lookup-run-stored(-read-
 # window), lookup-monotone (and world (b)'s hit-preservation-neighbours,
-# proofs/neighbours.py), and hit-preservation's step for lookup-window as its
-# own deep obligation, hit-preservation-family (the members 36 / 4, 256 / 8
-# and 256 / 4 decided per cube leaf: geometries.FAMILY_CUBE_ONLY_SHAPES).
-# The other rows stay per worked geometry (docs/proofs-cost.md).
+# proofs/neighbours.py), and as their own deep obligations hit-preservation's
+# step (hit-preservation-family and its read-window twins: lookup-window
+# proved, vllm-0.33 refuted member by member; the members 36 / 4, 256 / 8 and
+# 256 / 4 decided per cube leaf: geometries.FAMILY_CUBE_ONLY_SHAPES) and
+# load-reads-checked-family. no-waste stays per worked geometry
+# (docs/proofs-cost.md).
 _GRID = _geometries()
 _GRID_LOOKUP = _geometries_of_the_lookup()
 # lookup-run-stored and lookup-monotone: the worked geometries the lookup
@@ -452,9 +454,8 @@ HIT_PRESERVATION = Obligation(
 )
 # hit-preservation over the block-shape family (every member with the
 # retention interval None or 0 symbolic, and again with a positive one of each
-# length of geometries.FAMILY_RETENTION_CHUNKS), for the rule it proves
-# (lookup-window): a deep row beside the per-geometry one of the default run
-# (docs/proofs-cost.md).
+# length of geometries.FAMILY_RETENTION_CHUNKS), for FAMILY_HIT_RULES: deep
+# rows beside the per-geometry ones of the default run (docs/proofs-cost.md).
 _GRID_FAMILY = family() + tuple(g for k in FAMILY_RETENTION_CHUNKS for g in family(retention=k))
 def _family_hit_scope(kw_text: str) -> str:
     """A family row's scope of hit-preservation's step; ``kw_text``: what
@@ -792,10 +793,31 @@ LOAD_READS_CHECKED = Obligation(
            "an EAGLE group or not; geometry fixed to each of docs/findings.md F11's two cases and the "
            f"grid's {len(_geometries_of_the_lookup())} without a retention interval (proofs/geometries.py); "
            "the release's lookup parts (LookupSym.release); one pass of "
-           "_lookup_complete_chunks (one full-attention, one SWA group)"),
+           "_lookup_complete_chunks (one full-attention, one SWA group); the same query over "
+           "the block-shape family: the deep row load-reads-checked-family (its scope), for "
+           "the releases where this row is proved (0.31.0 on)"),
     queries=load_reads_checked_queries, cex_decoder=decode_load_reads_checked,
     rule_specific=False, model_specific=False,
     grid=GRID_LOAD, split=False, replayable=_plain_later_request,
     witness=replay_load_reads_checked, bounds={"keys": LOAD_CHECKED_BOUND_KEYS},
     reads=LOOKUP_PARTS - {"mask_window_extra"},  # no store configuration: no link()
+)
+# load-reads-checked over the block-shape family (the lookup and the load do
+# not see the retention interval: the members' is pinned to none), for the
+# releases whose per-geometry row it proves (0.29.0 and 0.30.0 load chunks
+# the lookup never checked: their rows are F11's counterexamples); a deep row
+# (docs/proofs-cost.md)
+LOAD_READS_CHECKED_FAMILY = replace(
+    LOAD_READS_CHECKED, name="load-reads-checked-family",
+    statement="load-reads-checked over the block-shape family: the load reads only "
+              "what the lookup checked, in every member.",
+    scope=(f"bounded: later requests of at most {LOAD_CHECKED_BOUND_KEYS} keys (complete "
+           "chunks) per group (any length up to that, GPU-local hit, max_load_tokens), every "
+           "HIT / MISS answer per key of each group (uninterpreted), the full-attention group "
+           "an EAGLE group or not; geometry: " + family_text(", EAGLE (the lookup and the load "
+                                                             "do not see the retention interval)")
+           + "; the release's lookup parts (LookupSym.release); one pass of "
+           "_lookup_complete_chunks (one full-attention, one SWA group)"),
+    grid=family(retention="none"), deep=True,
+    releases=("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
 )
