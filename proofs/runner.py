@@ -308,12 +308,10 @@ def _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, in
     A failing geometry without one makes the row unknown. ``invariant_ok``:
     the rule's invariant is proved, which the other geometries' induction
     proofs rest on (else the scope says they are not proofs)."""
-    first, depths, confirmed, missing, witnesses = None, {}, [], [], {}
+    first, missing, witnesses = None, [], {}
     for g, _ in failed:
         (depth, cex), _ = grid_counterexample(name, rule, model, [g], meter=meter, vllm=vllm)
         if cex is not None and cex.get("replayed_violation"):
-            confirmed.append(g.name)
-            depths[g.name] = depth
             group = cex["config"]["group"]
             witnesses[g.name] = {"steps": depth, "chunk": cex["chunk"], **{
                 k: group[k] for k in ("window", "extra_retained_tokens", "eagle",
@@ -326,17 +324,17 @@ def _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, in
                                   + "; ".join(missing) + ". " + _unknown_detail(meter)), \
             None, non_vacuous
     first["geometries_failing"] = [g.name for g, _ in failed]
-    first["geometries_confirmed"] = confirmed
+    first["geometries_confirmed"] = list(witnesses)
     first["witnesses"] = witnesses
     n_grid = len(OBLIGATIONS[name].grid)
     others = ("" if len(failed) == n_grid else
               f"; at the other {n_grid - len(failed)} the step holds: " + (
                   "proved, any number of steps (1-step induction" + RESTS_ON + ")"
                   if invariant_ok else f"no proof (the invariant of {rule} is not proved)"))
-    lo, hi = min(depths.values()), max(depths.values())
+    lo, hi = min(w["steps"] for w in witnesses.values()), max(w["steps"] for w in witnesses.values())
     steps = f"{lo}" if lo == hi else f"{lo} to {hi}"
     return "counterexample", scope + (
-        f"; a counterexample by BMC at each of the {len(confirmed)} geometries where the step "
+        f"; a counterexample by BMC at each of the {len(witnesses)} geometries where the step "
         f"fails ({steps} step(s) from the initial state; the first is this row's), each "
         "replayed through the executable rule" + others), "", first, non_vacuous
 
