@@ -116,6 +116,9 @@ def scope_grid(geometries, family_row: str | None = None, family_rule: str | Non
 
 
 # Bounds of the bounded obligations.
+# Obligation.confirm_each on a static row: a member's models the executable
+# replay refutes that are excluded before it is reported unreplayed
+CONFIRM_RETRIES = 4
 NO_WASTE_MAX_TOKENS = 4096  # the search bound of no-waste (offloadable tokens)
 SCAN_BOUND_KEYS = 12  # lookup-scan-closed-form: every key count up to this
 NEIGHBOURS_REQUESTS = 3  # hit-preservation-neighbours: earlier requests whose stores the tier holds

@@ -26,8 +26,8 @@ import z3
 from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (each module patched where it reads them).
 from kvreach.proofs.config import (
-    BMC_DEPTHS, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF, SCOPE_LOOKAHEAD_SYMBOLIC,
-    SCOPE_WORLD_RESTARTS_034, VACUITY_RL,
+    BMC_DEPTHS, CONFIRM_RETRIES, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF,
+    SCOPE_LOOKAHEAD_SYMBOLIC, SCOPE_WORLD_RESTARTS_034, VACUITY_RL,
 )
 from kvreach.proofs.framework import Ctx, Query, Role
 from kvreach.proofs.induction import invariant_base_query, lemma_queries, lifecycle_step_query
@@ -37,7 +37,9 @@ from kvreach.proofs.obligations import INVARIANTS, OBLIGATIONS
 from kvreach.proofs.rows import (
     PINNED_L, Row, ctx_for, default_vllm, invariant_holds, models_lookahead,
 )
-from kvreach.proofs.search import find_counterexample, grid_counterexample, static_cex
+from kvreach.proofs.search import (
+    confirmed_static_cex, find_counterexample, grid_counterexample, static_cex,
+)
 from kvreach.proofs.solve import Meter, charge, check_terms, decide, solve_cases, still_sat
 from kvreach.releases import release as release_of
 
@@ -133,7 +135,10 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
         scope += SCOPE_WORLD_RESTARTS_034
     detail = ""
     cex = None
-    if ob.kind == "static":
+    if ob.kind == "static" and ob.confirm_each:
+        verdict, scope, detail, cex, non_vacuous = _static_confirm_each(
+            ob, rule, model, release, scope, meter)
+    elif ob.kind == "static":
         la = models_lookahead(ob, release, rule)
         sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
         for g, search_pins in _static_passes(ob, la):
@@ -337,6 +342,63 @@ def _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, in
         f"; a counterexample by BMC at each of the {len(witnesses)} geometries where the step "
         f"fails ({steps} step(s) from the initial state; the first is this row's), each "
         "replayed through the executable rule" + others), "", first, non_vacuous
+
+
+def _static_confirm_each(ob, rule, model, release, scope, meter):
+    """A static obligation with ``Obligation.confirm_each`` (its deep family
+    rows): every geometry of the grid decided, and each one where the query
+    is sat needs its own counterexample replayed through the executable rule
+    (``static_cex``); a sat one that does not replay, or an undecided one,
+    makes the row unknown. The row's counterexample is the first geometry's,
+    with ``geometries_confirmed`` and ``witnesses`` (geometry name -> its
+    chunk, final horizon, window, extra_retained_tokens, EAGLE, retention
+    interval, L and how many of its models the replay refuted first,
+    ``search.confirmed_static_cex``); ``geometries_unsat``: where the query
+    is unsat (for a query over witnesses, no proof beyond them: the scope
+    says so)."""
+    la = models_lookahead(ob, release, rule)
+    first, missing, unsat, witnesses, non_vacuous = None, [], [], {}, True
+    for g in ob.grid:
+        sctx = ctx_for(rule, model, la, lookup_variant=ob.lookup_variant, release=release)
+        sctx.pins = g.pins(sctx)
+        for q in ob.queries(sctx):
+            r, m, nv = _static(q, sctx, meter, ob.split)
+            non_vacuous &= nv
+            r, cex, excluded = confirmed_static_cex(ob, sctx, q, r, m, model, g, meter)
+            if r == "sat" and cex["replayed_violation"]:
+                group, request = cex["config"]["group"], cex["config"]["request"]
+                witnesses[g.name] = {
+                    "chunk": cex["chunk"], "final_horizon_chunks": cex["final_horizon_chunks"],
+                    **{k: group[k] for k in ("window", "extra_retained_tokens", "eagle",
+                                             "retention_interval")},
+                    "hash_lookahead_tokens": request.get("hash_lookahead_tokens", 0),
+                    "models_excluded": excluded}
+                first = first or cex
+                break
+            if r == "sat" or excluded:
+                missing.append(f"{g.name} (did NOT replay; {excluded} model(s) excluded"
+                               + ("" if r == "sat" else f", then {r}") + ")")
+                break
+            if r != "unsat":
+                missing.append(g.name + f" ({r})")
+                break
+        else:
+            unsat.append(g.name)
+    if missing:
+        return "unknown", scope, ("undecided or not replayed at: " + "; ".join(missing) + ". "
+                                  + _unknown_detail(meter)), None, non_vacuous
+    if first is None:
+        return "proved", scope, "", None, non_vacuous
+    first["geometries_confirmed"] = list(witnesses)
+    first["geometries_unsat"] = unsat
+    first["witnesses"] = witnesses
+    rest = "" if not unsat else f"; at the other {len(unsat)} none (unsat)"
+    return "counterexample", scope + (
+        f"; a counterexample at each of {len(witnesses)} of the {len(ob.grid)} geometries "
+        "(the first is this row's), each replayed through the executable rule (a model whose "
+        "replay refutes it is excluded and the query solved again, at most "
+        f"{CONFIRM_RETRIES} times: counterexample.witnesses' models_excluded)" + rest), \
+        "", first, non_vacuous
 
 
 def _unknown_detail(meter: Meter) -> str:

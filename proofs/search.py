@@ -11,7 +11,7 @@ from __future__ import annotations
 import z3
 
 from kvreach.proofs import decode
-from kvreach.proofs.config import BMC_DEPTHS, CHECK_RL, LEAF_RL, ROW_RL
+from kvreach.proofs.config import BMC_DEPTHS, CHECK_RL, CONFIRM_RETRIES, LEAF_RL, ROW_RL
 from kvreach.proofs.flatten import flat_terms
 from kvreach.proofs.framework import Ctx, Query
 from kvreach.proofs.induction import bmc_query
@@ -119,6 +119,26 @@ def static_cex(ob, sctx: Ctx, q: Query, m, model: str, geometry, meter: Meter) -
     return cex
 
 
+def confirmed_static_cex(ob, sctx: Ctx, q: Query, r: str, m, model: str, geometry,
+                         meter: Meter) -> tuple[str, dict | None, int]:
+    """A static query's result ``r`` / model ``m`` at ``geometry``, its
+    counterexample confirmed: a model the executable replay refutes (a later
+    request outside the query's witnesses loads the chunk) is excluded (its
+    chunk, final horizon and window) and the query solved again, up to
+    ``CONFIRM_RETRIES`` times. -> (the last result, its counterexample or
+    None, how many models were excluded)."""
+    blocked, cex = [], None
+    while r == "sat":
+        cex = static_cex(ob, sctx, q, m, model, geometry, meter)
+        if cex["replayed_violation"] or len(blocked) == CONFIRM_RETRIES:
+            break
+        blocked.append(z3.Not(z3.And([t == m.eval(t, model_completion=True) for t in (
+            sctx.c, sctx.final_horizon_chunks, sctx.s.W)])))
+        rb, m = check_terms(q.premise + blocked + [q.violation], LEAF_RL, meter)
+        r = str(rb)
+    return r, cex, len(blocked)
+
+
 def static_counterexample(name: str, rule: str, model: str, geometry,
                           vllm: str | None = None) -> dict | None:
     """A grid static obligation's counterexample in one geometry (tests/vllm
@@ -130,6 +150,8 @@ def static_counterexample(name: str, rule: str, model: str, geometry,
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):
         r, m = check_terms(q.premise + [q.violation], LEAF_RL, meter)
+        if r == z3.sat and ob.confirm_each:  # the row's own (runner._static_confirm_each)
+            return confirmed_static_cex(ob, sctx, q, "sat", m, model, geometry, meter)[1]
         if r == z3.sat:
             return static_cex(ob, sctx, q, m, model, geometry, meter)
     return None

@@ -121,9 +121,11 @@ def _no_waste(ctx: Ctx):
     later requests loads: requests of exactly the boundary after the chunk
     (its hit is capped one token short), one token and one chunk longer, and
     one chunk past the boundary at the chunk's start (an EAGLE lookup's
-    queried chunk). Each loads the chunk iff its dense hit is nonzero, the
-    chunk is in its loaded range, and no chunk of the run its lookup accepts
-    is missing from the rule's stores.
+    queried chunk), and the farthest alignment boundary whose lookup window
+    still holds the chunk, and one token past it (a window of several chunks
+    is loaded only by a run reaching past the chunk). Each loads the chunk
+    iff its dense hit is nonzero, the chunk is in its loaded range, and no
+    chunk of the run its lookup accepts is missing from the rule's stores.
 
     With vLLM 0.34.0's lookahead hashes symbolic (``s.L``, the rows of
     ``rows.models_lookahead``): the rule also keeps what a prefill of the
@@ -131,7 +133,7 @@ def _no_waste(ctx: Ctx):
     F14's class), and each witness has L tokens more (its keys cover
     ``num_tokens - L`` tokens, ``LookupSym.L``: the same keys as without
     the mode)."""
-    from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys
+    from kvreach.spec.lookup import LookupSym, link, lookup, prefix_keys, window_chunks
 
     s, c, H = ctx.s, ctx.c, ctx.final_horizon_chunks
     la = s.L is not None
@@ -143,10 +145,14 @@ def _no_waste(ctx: Ctx):
 
     b1 = (c * s.C / s.A + 1) * s.A
     b0 = c * s.C / s.A * s.A
+    # the farthest alignment boundary whose lookup window still holds the
+    # chunk (a run that needs the chunks after it: a window of several chunks)
+    w = window_chunks(ctx.lk.W, ctx.lk.extra, s.C, ctx.lk.variant, ctx.release)
+    b_far = z3_min((c + w) * s.C, off) / s.A * s.A
     prem = ctx.base() + [H >= 1, H == off / s.C, off >= 0, off <= NO_WASTE_MAX_TOKENS,
                          z3.Implies(s.prompt_only, off <= s.P), kept(c)]
     fails = []
-    for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1]):
+    for i, T in enumerate([b1, b1 + 1, b1 + s.C + 1, b0 + s.C + 1, b_far, b_far + 1]):
         lk = LookupSym.fresh(f"witness{i}_", ctx.lk.variant, ctx.release, lookahead=la)
         shared = z3_min(T, off)  # with L: the keys' tokens (num_tokens - L) shared
         prem += [lk.well_formed(), link(s, lk), lk.num_tokens == (T + s.L if la else T),
@@ -370,8 +376,9 @@ def _geometries_no_eagle_no_retention():
 # step (hit-preservation-family and its read-window twins: lookup-window
 # proved, vllm-0.33 refuted member by member; the members 36 / 4, 256 / 8 and
 # 256 / 4 decided per cube leaf: geometries.FAMILY_CUBE_ONLY_SHAPES) and
-# load-reads-checked-family. no-waste stays per worked geometry
-# (docs/proofs-cost.md).
+# load-reads-checked-family, and no-waste(-read-window) as its own deep
+# obligations (no-waste-family, no-waste-read-window-family: each member's
+# counterexample confirmed on its own; docs/proofs-cost.md).
 _GRID = _geometries()
 _GRID_LOOKUP = _geometries_of_the_lookup()
 # lookup-run-stored and lookup-monotone: the worked geometries the lookup
@@ -403,14 +410,21 @@ _GRID_W1_TEXT = (worked_text(_geometries_window_one_past_chunks(),
                                "alignment (W - 1 < A)"))
 
 
-def _no_waste_scope(variant: str | None) -> str:
+def _no_waste_scope(variant: str | None, family_row: str | None = None) -> str:
+    """no-waste's scope; ``family_row``: None for the family row itself
+    (its geometry the family's), else the per-geometry row's, naming it."""
     looking_up = "" if variant is None else f", looking up under '{variant}'"
-    return (f"{_GRID_TEXT}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
+    geometry = (_GRID_TEXT if family_row is not None else "geometry: " + family_text(
+        ", EAGLE, the retention interval None or 0; each member decided on its own"))
+    return (f"{geometry}; prompt, max_offload_tokens, offload_prompt_only and the chunk "
             "symbolic, the final horizon symbolic up to "
             f"{NO_WASTE_MAX_TOKENS} offloadable tokens; the rule's keep decision at the final "
-            f"horizon (one-shot); four witness later requests per chunk{looking_up} (a proof is "
+            f"horizon (one-shot); six witness later requests per chunk{looking_up} (a proof is "
             "for those witnesses; a counterexample is confirmed against every later request "
-            "sharing a prefix)" + SCOPE_FULL_NOT_EAGLE)
+            "sharing a prefix)"
+            + ("" if family_row is None else
+               f"; the same query over the block-shape family: the deep row {family_row}")
+            + SCOPE_FULL_NOT_EAGLE)
 
 
 # no-waste's rows with L symbolic: how its one-shot world reads L
@@ -492,7 +506,7 @@ NO_WASTE = Obligation(
     "by some later request's lookup against the rule's stores (single-"
     "request world); a counterexample is confirmed by trying every later "
     "request that shares a prefix.",
-    "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(None),
+    "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(None, "no-waste-family"),
     queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.29", "vllm-0.33", "lookup-window"), split=False,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
@@ -584,13 +598,42 @@ NO_WASTE_READ_WINDOW = Obligation(
     "no-waste-read-window",
     "no-waste (single-request world) with the witness later requests looking "
     "up under the lookup variant 'read-window'.",
-    "static", mutant=mutants.KEEPS_EVERY_CHUNK, scope=_no_waste_scope(READ_WINDOW),
+    "static", mutant=mutants.KEEPS_EVERY_CHUNK,
+    scope=_no_waste_scope(READ_WINDOW, "no-waste-read-window-family"),
     queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False, grid=_GRID,
     rules=("vllm-0.33", "lookup-window"), split=False, lookup_variant=READ_WINDOW,
     bounds={"offloadable_tokens": NO_WASTE_MAX_TOKENS},
     reads=LOOKUP_PARTS,
     vllm_replay=Replay("no-waste"), witness=unloaded_kept_chunk,
 )
+
+
+def _no_waste_family(name: str, variant: str, base: Obligation) -> Obligation:
+    """no-waste (``base``) over the block-shape family (every member, the
+    retention interval None or 0 symbolic): each member's query decided on
+    its own, and each sat one needs its own counterexample confirmed against
+    every later request sharing a prefix (``Obligation.confirm_each``)."""
+    return Obligation(
+        name,
+        f"{base.name} over the block-shape family: at each member (block sizes and "
+        "blocks_per_chunk fixed; window, extra_retained_tokens, EAGLE, the retention "
+        "interval None or 0, the prompt and the chunk symbolic) a chunk the rule keeps "
+        "that no later request loads, confirmed member by member.",
+        "static", mutant=mutants.KEEPS_EVERY_CHUNK,
+        scope=_no_waste_scope(None if variant == VLLM_WINDOW else variant),
+        queries=_no_waste, cex_decoder=decode_no_waste, model_specific=False,
+        grid=family(), rules=base.rules, split=False, lookup_variant=variant,
+        # L = 0 on 0.34.0 (its scope says so): with L symbolic the family's
+        # search met members whose model did not replay (docs/proofs-cost.md)
+        bounds=base.bounds, reads=base.reads - {"lookahead_hashes"}, witness=unloaded_kept_chunk,
+        confirm_each=True,
+        deep=True,  # over the family: docs/proofs-cost.md
+    )
+
+
+NO_WASTE_FAMILY = _no_waste_family("no-waste-family", VLLM_WINDOW, NO_WASTE)
+NO_WASTE_READ_WINDOW_FAMILY = _no_waste_family(
+    "no-waste-read-window-family", READ_WINDOW, NO_WASTE_READ_WINDOW)
 
 
 def _run_stored(name: str, variant: str, which: str) -> Obligation:
