@@ -26,7 +26,7 @@ import z3
 from kvreach.proofs import cache, decode, matrix, solve
 # The budgets, bounds and scope: proofs/config.py (each module patched where it reads them).
 from kvreach.proofs.config import (
-    BMC_DEPTHS, CONFIRM_RETRIES, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF,
+    BMC_DEPTHS, LEAF_RL, NODE_RL, ROW_RL, SCOPE_LOOKAHEAD_OFF,
     SCOPE_LOOKAHEAD_SYMBOLIC, SCOPE_WORLD_RESTARTS_034, VACUITY_RL,
 )
 from kvreach.proofs.framework import Ctx, Query, Role
@@ -156,7 +156,14 @@ def run_row(name: str, rule: str, model: str, invariant_ok: dict,
         if "sat" in verdicts:
             verdict = "counterexample"
             i = verdicts.index("sat")
-            cex = static_cex(ob, sctx, ob.queries(sctx)[i], results[i][1], model, g, meter)
+            q = ob.queries(sctx)[i]
+            if g is None:
+                cex = static_cex(ob, sctx, q, results[i][1], model, g, meter)
+            else:  # a model the replay refutes is excluded (search.confirmed_static_cex)
+                _, cex, excluded = confirmed_static_cex(ob, sctx, q, "sat", results[i][1], model,
+                                                        g, meter)
+                if excluded:
+                    cex["models_excluded"] = excluded
             if ob.grid and not cex["replayed_violation"]:
                 detail = "counterexample did NOT replay through the executable rule"
         elif "unknown" in verdicts:
@@ -395,9 +402,9 @@ def _static_confirm_each(ob, rule, model, release, scope, meter):
     rest = "" if not unsat else f"; at the other {len(unsat)} none (unsat)"
     return "counterexample", scope + (
         f"; a counterexample at each of {len(witnesses)} of the {len(ob.grid)} geometries "
-        "(the first is this row's), each replayed through the executable rule (a model whose "
-        "replay refutes it is excluded and the query solved again, at most "
-        f"{CONFIRM_RETRIES} times: counterexample.witnesses' models_excluded)" + rest), \
+        "(the first is this row's), each replayed through the executable rule "
+        "(counterexample.witnesses' models_excluded: the models its replay refuted first)"
+        + rest), \
         "", first, non_vacuous
 
 

@@ -129,11 +129,14 @@ def confirmed_static_cex(ob, sctx: Ctx, q: Query, r: str, m, model: str, geometr
     None, how many models were excluded)."""
     blocked, cex = [], None
     while r == "sat":
-        cex = static_cex(ob, sctx, q, m, model, geometry, meter)
+        # the shaped re-solve (Obligation.replayable) keeps the exclusions
+        cex = static_cex(ob, sctx, Query(q.premise + blocked, q.violation), m, model, geometry,
+                         meter)
         if cex["replayed_violation"] or len(blocked) == CONFIRM_RETRIES:
             break
-        blocked.append(z3.Not(z3.And([t == m.eval(t, model_completion=True) for t in (
-            sctx.c, sctx.final_horizon_chunks, sctx.s.W)])))
+        blocked.append(z3.Not(z3.And(sctx.c == cex["chunk"],
+                                     sctx.final_horizon_chunks == cex["final_horizon_chunks"],
+                                     sctx.s.W == cex["config"]["group"]["window"])))
         rb, m = check_terms(q.premise + blocked + [q.violation], LEAF_RL, meter)
         r = str(rb)
     return r, cex, len(blocked)

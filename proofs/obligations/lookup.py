@@ -20,8 +20,8 @@ import z3
 from kvreach.params import RetentionMode
 from kvreach.proofs import mutants
 from kvreach.proofs.config import (
-    LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS, RUN_STORED_BOUND_CHUNKS,
-    SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, SCOPE_HIT_SYMBOLIC, scope_grid,
+    CONFIRM_RETRIES, LOAD_CHECKED_BOUND_KEYS, MONOTONE_BOUND_CHUNKS, NO_WASTE_MAX_TOKENS,
+    RUN_STORED_BOUND_CHUNKS, SCAN_BOUND_KEYS, SCOPE_FULL_NOT_EAGLE, SCOPE_HIT_SYMBOLIC, scope_grid,
 )
 from kvreach.proofs.decode import (OFFLOADABLE_TOKENS, decode_no_waste, lost_hit_chunks,
                                    unloaded_kept_chunk)
@@ -81,6 +81,15 @@ def _no_local_hit_in_prompt(ctx: Ctx) -> list[list]:
     the spec's later request may also share decoded tokens): the family
     rows' searches, one per member (``Obligation.confirm_each``)."""
     return [[ctx.lk.local_hit_tokens == 0, ctx.shared <= ctx.s.P]]
+
+
+def _hash_block_of_vllm(ctx: Ctx) -> list[list]:
+    """With L symbolic (0.34.0's lookahead hashes), ``tokens_per_hash`` as
+    vLLM derives it, the GCD of the groups' blocks: the SWA block, which
+    divides the full-attention block in every geometry of the grid (the spec
+    lets it be any divisor of B and the alignment; vLLM's scheduler runs
+    only vLLM's, ``vllm_harness.replay_lifecycle``). No shape without L."""
+    return [] if ctx.s.L is None else [[ctx.s.tokens_per_hash == ctx.s.B]]
 
 
 def _hit_step(ctx: Ctx, pre, tr, post):
@@ -421,7 +430,8 @@ def _no_waste_scope(variant: str | None, family_row: str | None = None) -> str:
             f"{NO_WASTE_MAX_TOKENS} offloadable tokens; the rule's keep decision at the final "
             f"horizon (one-shot); six witness later requests per chunk{looking_up} (a proof is "
             "for those witnesses; a counterexample is confirmed against every later request "
-            "sharing a prefix)"
+            "sharing a prefix, and a model that replay refutes is excluded and the query solved "
+            f"again, at most {CONFIRM_RETRIES} times)"
             + ("" if family_row is None else
                f"; the same query over the block-shape family: the deep row {family_row}")
             + SCOPE_FULL_NOT_EAGLE)
@@ -514,7 +524,7 @@ NO_WASTE = Obligation(
     # prefill's stores at the hashed end, the witnesses' keys; F14
     reads=LOOKUP_PARTS | {"lookahead_hashes"},
     lookahead_example=(_lookahead_example_geometry(), _no_waste_lookahead_pins),
-    lookahead_scope=_NO_WASTE_LOOKAHEAD_SCOPE,
+    lookahead_scope=_NO_WASTE_LOOKAHEAD_SCOPE, replayable=_hash_block_of_vllm,
     vllm_replay=Replay("no-waste", on_releases=True), witness=unloaded_kept_chunk,
 )
 LOOKUP_PREFIX_SCAN = Obligation(
