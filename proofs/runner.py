@@ -309,6 +309,15 @@ def _grid_row(name, rule, model, invariant_ok, meter, vllm):
                               ", ".join(f"{g.name} ({r})" for g, r in failed)), None, non_vacuous
 
 
+def _witness(cex: dict, **after_chunk) -> dict:
+    """A confirmed member's record in a family row (``witnesses``): its
+    counterexample's chunk (then ``after_chunk``) and the group sizes the
+    member leaves symbolic."""
+    group = cex["config"]["group"]
+    return {"chunk": cex["chunk"], **after_chunk, **{k: group[k] for k in (
+        "window", "extra_retained_tokens", "eagle", "retention_interval")}}
+
+
 def _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, invariant_ok):
     """``Obligation.confirm_each``: a BMC counterexample at each geometry
     whose step fails (``failed``, in grid order), each replayed through the
@@ -324,10 +333,7 @@ def _confirm_each(name, rule, model, meter, vllm, scope, failed, non_vacuous, in
     for g, _ in failed:
         (depth, cex), _ = grid_counterexample(name, rule, model, [g], meter=meter, vllm=vllm)
         if cex is not None and cex.get("replayed_violation"):
-            group = cex["config"]["group"]
-            witnesses[g.name] = {"steps": depth, "chunk": cex["chunk"], **{
-                k: group[k] for k in ("window", "extra_retained_tokens", "eagle",
-                                      "retention_interval")}}
+            witnesses[g.name] = {"steps": depth, **_witness(cex)}
             first = first or cex
         else:
             missing.append(g.name + (" (BMC found none)" if cex is None else " (did NOT replay)"))
@@ -373,12 +379,10 @@ def _static_confirm_each(ob, rule, model, release, scope, meter):
             non_vacuous &= nv
             r, cex, excluded = confirmed_static_cex(ob, sctx, q, r, m, model, g, meter)
             if r == "sat" and cex["replayed_violation"]:
-                group, request = cex["config"]["group"], cex["config"]["request"]
                 witnesses[g.name] = {
-                    "chunk": cex["chunk"], "final_horizon_chunks": cex["final_horizon_chunks"],
-                    **{k: group[k] for k in ("window", "extra_retained_tokens", "eagle",
-                                             "retention_interval")},
-                    "hash_lookahead_tokens": request.get("hash_lookahead_tokens", 0),
+                    **_witness(cex, final_horizon_chunks=cex["final_horizon_chunks"]),
+                    "hash_lookahead_tokens": cex["config"]["request"].get(
+                        "hash_lookahead_tokens", 0),
                     "models_excluded": excluded}
                 first = first or cex
                 break

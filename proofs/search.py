@@ -153,10 +153,8 @@ def static_counterexample(name: str, rule: str, model: str, geometry,
     sctx.pins = geometry.pins(sctx)
     for q in ob.queries(sctx):
         r, m = check_terms(q.premise + [q.violation], LEAF_RL, meter)
-        if r == z3.sat and ob.confirm_each:  # the row's own (runner._static_confirm_each)
+        if r == z3.sat:  # confirmed as the row's is (runner.run_row, _static_confirm_each)
             return confirmed_static_cex(ob, sctx, q, "sat", m, model, geometry, meter)[1]
-        if r == z3.sat:
-            return static_cex(ob, sctx, q, m, model, geometry, meter)
     return None
 
 
